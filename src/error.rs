@@ -1,0 +1,27 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the library, worded as the user (or model) should read it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// SPEC §3: the resolved cwd does not exist.
+    #[error("Working directory does not exist: {}", .0.display())]
+    CwdMissing(PathBuf),
+    /// SPEC §3: the resolved cwd is not a directory.
+    #[error("Working directory is not a directory: {}", .0.display())]
+    CwdNotDir(PathBuf),
+    /// SPEC §3 (Ours): NaN, negative, infinite or non-numeric timeout.
+    #[error("Invalid timeout: {0} (expected a number of seconds between 1 and 3600)")]
+    InvalidTimeout(String),
+    /// SPEC §4.3: an `artifact://` URL that cannot be resolved (message is the exact text).
+    #[error("{0}")]
+    Artifact(String),
+    /// Bad input from a caller (flags, RPC parameters, settings).
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

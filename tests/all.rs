@@ -1,0 +1,3 @@
+//! The one integration-test binary: every suite lives in `tests/suite/`.
+
+mod suite;

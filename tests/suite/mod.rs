@@ -1,0 +1,1 @@
+//! Integration suites, one file per area.
