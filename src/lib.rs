@@ -20,6 +20,7 @@
 
 pub mod artifacts;
 pub mod error;
+pub mod exec;
 pub mod intercept;
 pub mod mode;
 pub mod normalize;

@@ -5,7 +5,11 @@ use clap::{Parser, Subcommand};
 use agent_bash::mode;
 
 #[derive(Debug, Parser)]
-#[command(name = "agent-bash", version, about = "Runs shell commands for coding agents and for you")]
+#[command(
+    name = "agent-bash",
+    version,
+    about = "Runs shell commands for coding agents and for you"
+)]
 struct Cli {
     #[command(subcommand)]
     mode: Mode,

@@ -1,1 +1,2 @@
 //! Integration suites, one file per area.
+mod shell;

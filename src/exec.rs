@@ -1,0 +1,5 @@
+//! ToolCall → BashResult: the pipeline in one readable function.
+
+pub mod procs;
+pub mod shell;
+pub mod snapshot;
