@@ -1,5 +1,411 @@
-//! ToolCall → BashResult: the pipeline in one readable function.
+//! ToolCall → BashResult: the pipeline in one readable function ([`Runtime::run`]).
 
 pub mod procs;
+pub mod settings;
 pub mod shell;
 pub mod snapshot;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::artifacts::ArtifactStore;
+use crate::intercept::Interceptor;
+use crate::normalize::{self, Normalized};
+use crate::result::{self, BashResult, Outcome};
+use crate::sanitize::Sanitizer;
+use crate::sink::{Sink, SinkConfig, Throttle, LIVE_UPDATE_INTERVAL};
+use crate::validate;
+use crate::{Error, Result};
+
+pub use settings::Settings;
+use shell::{Ending, Shell, ShellConfig};
+
+/// SIGPIPE's exit status as a shell reports it: the producer we cut off on purpose.
+const SIGPIPE_STATUS: i32 = 128 + libc::SIGPIPE;
+/// How often idle shell sessions are looked for.
+const EVICT_EVERY: Duration = Duration::from_secs(30);
+
+/// Who asked for the command: an agent (full tool path) or the user (SPEC §8.2 bang semantics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Origin {
+    #[default]
+    Tool,
+    Bang,
+}
+
+/// One command to run.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub origin: Origin,
+    pub command: String,
+    /// Seconds; validated and clamped for tool calls (default 300); bang commands have none
+    /// unless given.
+    pub timeout: Option<f64>,
+    pub cwd: Option<String>,
+    pub head: Option<usize>,
+    pub tail: Option<usize>,
+    pub tools: Option<Vec<String>>,
+    pub session_key: Option<String>,
+}
+
+/// A live update while a command runs: the current tail (bounded) and the counters.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LiveUpdate {
+    pub tail: String,
+    pub total_bytes: u64,
+    pub total_lines: u64,
+}
+
+/// Receives throttled live updates.
+pub type UpdateFn = Arc<dyn Fn(LiveUpdate) + Send + Sync>;
+
+/// Session key used by tool calls that do not name one.
+pub const DEFAULT_KEY: &str = "default";
+
+#[derive(Default)]
+struct Slot {
+    shell: Option<Shell>,
+    /// The previous shell of this key was thrown away: the next run reports `shell_restarted`.
+    lost: bool,
+    last_used: Option<Instant>,
+}
+
+/// The runtime shared by every mode: settings, shell sessions, artifacts, process hygiene.
+pub struct Runtime {
+    settings: Settings,
+    interceptor: Interceptor,
+    shell_cfg: ShellConfig,
+    store: Arc<ArtifactStore>,
+    base_dir: PathBuf,
+    snapshots: Arc<snapshot::Snapshots>,
+    sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    _runtime_dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("artifacts", &self.store.dir()).finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Builds the runtime. `session_dir` is this session's artifacts directory; `base_dir` the
+    /// directory relative cwds are resolved against.
+    pub fn new(settings: Settings, session_dir: PathBuf, base_dir: PathBuf) -> Result<Runtime> {
+        let shell = settings.resolve_shell();
+        let prefix = settings.resolve_prefix()?;
+        let runtime_dir = tempfile::Builder::new().prefix("agent-bash-").tempdir()?;
+        let env = command_env(&settings, &shell);
+        let owner = shell::nonce();
+        let interceptor = Interceptor::new(&settings.interceptor);
+        Ok(Runtime {
+            interceptor,
+            shell_cfg: ShellConfig {
+                shell,
+                env,
+                prefix,
+                snapshot: None,
+                runtime_dir: runtime_dir.path().to_path_buf(),
+                owner,
+            },
+            store: Arc::new(ArtifactStore::new(session_dir)),
+            base_dir,
+            snapshots: Arc::new(snapshot::Snapshots::default()),
+            sessions: Mutex::new(HashMap::new()),
+            _runtime_dir: runtime_dir,
+            settings,
+        })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn store(&self) -> &Arc<ArtifactStore> {
+        &self.store
+    }
+
+    /// The owner mark value every process of this runtime carries ([`procs::OWNER_VAR`]).
+    pub fn owner(&self) -> &str {
+        &self.shell_cfg.owner
+    }
+
+    /// Runs one command through the whole pipeline. `Err` only for bad input (cwd, timeout);
+    /// everything that happens to the command itself is in the [`BashResult`].
+    pub async fn run(
+        &self,
+        req: Request,
+        cancel: CancellationToken,
+        on_update: Option<UpdateFn>,
+    ) -> Result<BashResult> {
+        let started = Instant::now();
+        // §1 normalize and §2 intercept: tool calls only; the user's own commands run verbatim.
+        let norm = match req.origin {
+            Origin::Tool => normalize::normalize(&req.command, req.head, req.tail),
+            Origin::Bang => Normalized {
+                command: req.command.trim().to_string(),
+                head: req.head,
+                tail: req.tail,
+                rewrites: Vec::new(),
+            },
+        };
+        if req.origin == Origin::Tool {
+            if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
+                return Ok(result::blocked(block, started.elapsed()));
+            }
+        }
+        // §3 validate.
+        let cwd = validate::resolve_cwd(&self.base_dir, req.cwd.as_deref())?;
+        let timeout = match (req.origin, req.timeout) {
+            (Origin::Bang, None) => None,
+            (_, t) => Some(validate::timeout_from_secs(t)?),
+        };
+        if norm.command.is_empty() {
+            return Err(Error::InvalidInput("command is empty".into()));
+        }
+
+        // §5 a shell session for the key; waiting for a busy one does not count as run time.
+        let key = req.session_key.clone().unwrap_or_else(|| DEFAULT_KEY.to_string());
+        let slot = self.slot(&key);
+        let wait_started = Instant::now();
+        let mut slot = tokio::select! {
+            s = slot.lock_owned() => s,
+            _ = cancel.cancelled() => {
+                return Ok(self.shape_unrun(&norm, Outcome::cancelled(), started));
+            }
+        };
+        let waited = wait_started.elapsed();
+        let mut shell_restarted = false;
+        if slot.shell.is_none() {
+            shell_restarted = slot.lost;
+            match self.spawn_shell().await {
+                Ok(sh) => slot.shell = Some(sh),
+                Err(e) => {
+                    slot.lost = true;
+                    let mut r = self.shape_unrun(&norm, Outcome::missing(), started);
+                    r.output = format!("Bash command failed: {e}\n\n{}", r.output);
+                    return Ok(r);
+                }
+            }
+            slot.lost = false;
+        }
+        slot.last_used = Some(Instant::now());
+
+        // §4 the output path: sanitize → sink, live updates throttled.
+        let limits = &self.settings.limits;
+        let mut sink = Sink::new(
+            SinkConfig {
+                max_bytes: limits.max_bytes,
+                max_lines: limits.max_lines,
+                head: norm.head,
+                tail: norm.tail,
+                artifact_cap: limits.artifact_cap_bytes,
+            },
+            Some(self.store.clone()),
+        );
+        let mut sanitizer = Sanitizer::new();
+        let mut text = String::new();
+        let mut throttle = Throttle::new(LIVE_UPDATE_INTERVAL);
+        let mut feed = |bytes: &[u8]| -> bool {
+            text.clear();
+            sanitizer.push(bytes, &mut text);
+            sink.push(&text);
+            if let Some(f) = &on_update {
+                if throttle.ready(Instant::now()) {
+                    f(live(&sink, sanitizer.pending()));
+                }
+            }
+            !sink.should_close()
+        };
+        let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
+        let run_started = Instant::now();
+        let Some(shell) = slot.shell.as_mut() else {
+            return Err(Error::InvalidInput("shell session vanished".into()));
+        };
+        let end = shell.run(&norm.command, &cwd, &mut feed, deadline, &cancel).await;
+        let _ = run_started;
+        text.clear();
+        sanitizer.finish(&mut text);
+        sink.push(&text);
+        if let Some(f) = &on_update {
+            f(live(&sink, ""));
+        }
+        let outcome = match end {
+            Ok(end) => {
+                let keep = matches!(end.ending, Ending::Done(_));
+                if !keep {
+                    if let Some(mut sh) = slot.shell.take() {
+                        sh.kill().await;
+                    }
+                    slot.lost = true;
+                }
+                match end.ending {
+                    Ending::Done(code) | Ending::ShellExited(Some(code)) => {
+                        let code =
+                            if end.closed_early && code == SIGPIPE_STATUS { 0 } else { code };
+                        Outcome::exited(code)
+                    }
+                    Ending::ShellExited(None) => Outcome::missing(),
+                    Ending::TimedOut => {
+                        Outcome::timed_out(timeout.map(|t| t.duration).unwrap_or_default())
+                    }
+                    Ending::Cancelled => Outcome::cancelled(),
+                }
+            }
+            Err(e) => {
+                tracing::warn!("run failed: {e}");
+                if let Some(mut sh) = slot.shell.take() {
+                    sh.kill().await;
+                }
+                slot.lost = true;
+                Outcome::missing()
+            }
+        };
+        slot.last_used = Some(Instant::now());
+        drop(slot);
+        self.evict_over_limit().await;
+
+        let mut r = result::shape(sink.finish(), &outcome, limits.max_bytes as u64, started.elapsed());
+        r.shell_restarted = shell_restarted;
+        r.waited_ms = (waited >= Duration::from_millis(1)).then(|| waited.as_millis() as u64);
+        r.timeout_clamped_from = timeout.and_then(|t| t.clamped_from);
+        if !norm.rewrites.is_empty() {
+            r.normalized = serde_json::to_value(&norm).ok();
+        }
+        Ok(r)
+    }
+
+    fn shape_unrun(&self, norm: &Normalized, outcome: Outcome, started: Instant) -> BashResult {
+        let _ = norm;
+        result::shape(
+            Default::default(),
+            &outcome,
+            self.settings.limits.max_bytes as u64,
+            started.elapsed(),
+        )
+    }
+
+    fn slot(&self, key: &str) -> Arc<tokio::sync::Mutex<Slot>> {
+        let mut map = match self.sessions.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        map.entry(key.to_string()).or_default().clone()
+    }
+
+    async fn spawn_shell(&self) -> std::io::Result<Shell> {
+        let mut cfg = self.shell_cfg.clone();
+        // The snapshot is captured with the same environment the shells get; it blocks for up to
+        // its limit, so it runs off the async threads.
+        let shell = cfg.shell.clone();
+        let env = cfg.env.clone();
+        let dir = cfg.runtime_dir.clone();
+        let owner = cfg.owner.clone();
+        let snaps = self.snapshots.clone();
+        cfg.snapshot =
+            tokio::task::spawn_blocking(move || snaps.get(&shell, &env, &dir, &owner))
+                .await
+                .ok()
+                .flatten();
+        Shell::spawn(&cfg).await
+    }
+
+    /// Closes shell sessions idle longer than the limit, and the least recently used ones beyond
+    /// the session count limit. Busy sessions are never touched.
+    pub async fn evict_over_limit(&self) {
+        let idle_limit = Duration::from_secs(self.settings.limits.session_idle_secs);
+        let max = self.settings.limits.max_sessions;
+        let slots: Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> = match self.sessions.lock() {
+            Ok(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Err(_) => return,
+        };
+        let mut live: Vec<(Instant, String, tokio::sync::OwnedMutexGuard<Slot>)> = Vec::new();
+        for (key, slot) in slots {
+            if let Ok(guard) = slot.try_lock_owned() {
+                if guard.shell.is_some() {
+                    live.push((guard.last_used.unwrap_or_else(Instant::now), key, guard));
+                }
+            }
+        }
+        live.sort_by_key(|(t, _, _)| *t);
+        let excess = live.len().saturating_sub(max);
+        for (i, (t, key, mut guard)) in live.into_iter().enumerate() {
+            if i < excess || t.elapsed() >= idle_limit {
+                tracing::info!("closing shell session {key:?}");
+                if let Some(mut sh) = guard.shell.take() {
+                    sh.kill().await;
+                }
+            }
+        }
+    }
+
+    /// Periodically evicts idle sessions; run it as a background task.
+    pub async fn evict_loop(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(EVICT_EVERY).await;
+            self.evict_over_limit().await;
+        }
+    }
+
+    /// Kills every shell session and everything it started.
+    pub async fn shutdown(&self) {
+        let slots: Vec<Arc<tokio::sync::Mutex<Slot>>> = match self.sessions.lock() {
+            Ok(mut m) => m.drain().map(|(_, v)| v).collect(),
+            Err(_) => Vec::new(),
+        };
+        for slot in slots {
+            let mut guard = slot.lock().await;
+            if let Some(mut sh) = guard.shell.take() {
+                sh.kill().await;
+            }
+        }
+        let mark = format!("{}={}", procs::OWNER_VAR, self.owner());
+        procs::kill_tree(None, Some(mark), procs::KILL_GRACE).await;
+    }
+}
+
+fn live(sink: &Sink, pending: &str) -> LiveUpdate {
+    let mut tail = sink.window().to_string();
+    tail.push_str(pending);
+    LiveUpdate { tail, total_bytes: sink.total_bytes(), total_lines: sink.total_lines() }
+}
+
+/// The environment of every command (SPEC §5, §6): the caller's environment, the agent markers,
+/// the hardening, then the user's `env` setting on top.
+pub fn command_env(settings: &Settings, shell: &Path) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != procs::OWNER_VAR && k != procs::SHELL_VAR)
+        .collect();
+    let mut set = |k: &str, v: &str| {
+        env.retain(|(ek, _)| ek != k);
+        env.push((k.into(), v.into()));
+    };
+    set("SHELL", &shell.to_string_lossy());
+    set("GPG_TTY", "not a tty");
+    set("AGENT_BASH", "1");
+    for (k, v) in settings::HARDENING {
+        set(k, v);
+    }
+    if std::env::var_os("AGENT_BASH_NO_CI").is_none() {
+        set("CI", "true");
+    }
+    for (k, v) in &settings.env {
+        set(k, v);
+    }
+    env
+}
+
+/// The artifacts directory of a new session under the state root:
+/// `<root>/sessions/<timestamp>-<pid>`.
+pub fn new_session_dir(root: &Path) -> PathBuf {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    root.join("sessions").join(format!("{t}-{}", std::process::id()))
+}

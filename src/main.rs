@@ -1,33 +1,91 @@
 //! The `agent-bash` binary: parse arguments, set up logging, run a mode, exit with its status.
 
+use std::path::PathBuf;
+
 use clap::{Parser, Subcommand};
 
+use agent_bash::exec::procs;
 use agent_bash::mode;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "agent-bash",
-    version,
-    about = "Runs shell commands for coding agents and for you"
-)]
+#[command(name = "agent-bash", version, about = "Runs shell commands for coding agents and for you")]
 struct Cli {
+    /// Log file (default: `$AGENT_BASH_LOG`, else `<state dir>/agent-bash/agent-bash.log`).
+    #[arg(long, global = true)]
+    log_file: Option<PathBuf>,
     #[command(subcommand)]
     mode: Mode,
 }
 
 #[derive(Debug, Subcommand)]
 enum Mode {
+    /// Run one tool call and print the model-facing text (print mode).
+    Exec(mode::exec::ExecArgs),
+    /// JSON lines over stdio (`bash`, `abort_bash`, `tool_call`, `abort_tool_call`).
+    Rpc(mode::rpc::RpcArgs),
     /// Show what normalization and interception make of a command (one JSON object).
     Explain(mode::explain::ExplainArgs),
     /// Read raw bytes on stdin and print the model-facing text.
     Sanitize(mode::sanitize::SanitizeArgs),
+    /// Internal: kills what a backend started once that backend is gone.
+    #[command(name = "__watchdog", hide = true)]
+    Watchdog { owner: String },
+}
+
+fn init_logging(path: Option<PathBuf>) {
+    let path = path
+        .or_else(|| std::env::var_os("AGENT_BASH_LOG").map(PathBuf::from))
+        .unwrap_or_else(|| agent_bash::artifacts::state_root().join("agent-bash.log"));
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
+        return;
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_BASH_LOG_LEVEL")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .try_init();
+}
+
+/// Runs an async mode on a multi-threaded runtime, as a subreaper with a watchdog.
+fn run_async<F: std::future::Future<Output = agent_bash::Result<i32>>>(f: F) -> anyhow::Result<i32> {
+    procs::become_subreaper();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let code = rt.block_on(async {
+        let reaper = tokio::spawn(reap_loop());
+        let code = f.await;
+        reaper.abort();
+        code
+    })?;
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    Ok(code)
+}
+
+/// Reaps orphans adopted as subreaper whenever a child changes state.
+async fn reap_loop() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut sig) = signal(SignalKind::child()) else { return };
+    while sig.recv().await.is_some() {
+        procs::reap_adopted();
+    }
 }
 
 fn main() {
     let cli = Cli::parse();
-    let status = match cli.mode {
-        Mode::Explain(args) => mode::explain::run(args),
-        Mode::Sanitize(args) => mode::sanitize::run(args),
+    if let Mode::Watchdog { owner } = &cli.mode {
+        std::process::exit(procs::run_watchdog(owner));
+    }
+    init_logging(cli.log_file);
+    let status: anyhow::Result<i32> = match cli.mode {
+        Mode::Exec(args) => run_async(mode::exec::run(args)),
+        Mode::Rpc(args) => run_async(mode::rpc::run(args)),
+        Mode::Explain(args) => mode::explain::run(args).map_err(Into::into),
+        Mode::Sanitize(args) => mode::sanitize::run(args).map_err(Into::into),
+        Mode::Watchdog { .. } => Ok(0),
     };
     match status {
         Ok(code) => std::process::exit(code),

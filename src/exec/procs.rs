@@ -221,3 +221,29 @@ pub fn run_watchdog(owner: &str) -> i32 {
     kill_tree_blocking(None, Some(&mark), Duration::ZERO);
     0
 }
+
+/// Starts the watchdog for this backend (see the module docs). The write end of its stdin pipe
+/// is kept open for the life of the process and is close-on-exec, so only the backend's own
+/// death closes it.
+pub fn spawn_watchdog(owner: &str) -> std::io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    static KEEP: OnceLock<Mutex<Vec<std::process::ChildStdin>>> = OnceLock::new();
+    let exe = std::env::current_exe()?;
+    let mut child = std::process::Command::new(exe)
+        .arg("__watchdog")
+        .arg(owner)
+        .env_remove(OWNER_VAR)
+        .env_remove(SHELL_VAR)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        // Its own group: a signal to the backend's group must not take the watchdog with it.
+        .process_group(0)
+        .spawn()?;
+    if let Some(stdin) = child.stdin.take() {
+        if let Ok(mut keep) = KEEP.get_or_init(|| Mutex::new(Vec::new())).lock() {
+            keep.push(stdin);
+        }
+    }
+    Ok(())
+}

@@ -1,2 +1,5 @@
 //! Integration suites, one file per area.
+
+mod rpc;
 mod shell;
+mod support;

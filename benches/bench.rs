@@ -1,0 +1,303 @@
+//! `make bench`: every figure as a median over many runs, next to a baseline measured in the
+//! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `exec`, `rss`,
+//! `abort`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agent-bash");
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn scale() -> f64 {
+    std::env::var("AGENT_BASH_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0)
+}
+
+fn time_cmd(cmd: &mut Command) -> Duration {
+    let t = Instant::now();
+    let st = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().expect("spawn");
+    let d = t.elapsed();
+    assert!(st.success() || st.code() == Some(0), "{cmd:?} failed: {st}");
+    d
+}
+
+fn row(name: &str, ours: String, base: String, ratio: f64, goal: &str) {
+    println!("| {name} | {ours} | {base} | {ratio:.2}× | {goal} |");
+}
+
+fn mbps(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / d.as_secs_f64() / 1e6
+}
+
+fn gen_files(dir: &Path, size: usize) -> Vec<(&'static str, PathBuf)> {
+    let plain = dir.join("plain.txt");
+    let ansi = dir.join("ansi.txt");
+    let random = dir.join("random.bin");
+    let mut f = std::fs::File::create(&plain).unwrap();
+    let mut n = 0usize;
+    let mut i = 0u64;
+    while n < size {
+        let line = format!("{i:>8} the quick brown fox jumps over the lazy dog, lorem ipsum dolor sit amet\n");
+        f.write_all(line.as_bytes()).unwrap();
+        n += line.len();
+        i += 1;
+    }
+    let mut f = std::fs::File::create(&ansi).unwrap();
+    n = 0;
+    i = 0;
+    while n < size {
+        let line = format!(
+            "\x1b[1;3{}m{i:>6}\x1b[0m \x1b[38;5;{}mwarning\x1b[0m: \x1b[4mspan\x1b[24m \x1b]8;;file:///x\x07link\x1b]8;;\x07 {:>3}%\r100%\n",
+            i % 8,
+            i % 256,
+            i % 100
+        );
+        f.write_all(line.as_bytes()).unwrap();
+        n += line.len();
+        i += 1;
+    }
+    let mut f = std::fs::File::create(&random).unwrap();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut buf = vec![0u8; 1 << 16];
+    n = 0;
+    while n < size {
+        for b in buf.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        f.write_all(&buf).unwrap();
+        n += buf.len();
+    }
+    vec![("plain text", plain), ("ANSI-dense", ansi), ("random bytes", random)]
+}
+
+fn bench_sink(runs: usize) {
+    println!("\n### Sink throughput (`agent-bash sanitize` vs `cat FILE > /dev/null`, median of {runs})\n");
+    println!("| input | ours | cat | ours ÷ cat | goal |");
+    println!("|---|---|---|---|---|");
+    let dir = tempfile::tempdir().unwrap();
+    let size = (200e6 * scale()) as usize;
+    for (name, file) in gen_files(dir.path(), size) {
+        let bytes = std::fs::metadata(&file).unwrap().len();
+        let arts = dir.path().join("arts");
+        let mut ours = Vec::new();
+        let mut cat = Vec::new();
+        for _ in 0..runs {
+            cat.push(time_cmd(Command::new("cat").arg(&file)));
+            ours.push(time_cmd(
+                Command::new(BIN)
+                    .args(["sanitize", "--artifacts"])
+                    .arg(&arts)
+                    .stdin(std::fs::File::open(&file).unwrap()),
+            ));
+            let _ = std::fs::remove_dir_all(&arts);
+        }
+        let (o, c) = (median(ours), median(cat));
+        row(
+            name,
+            format!("{:.0} MB/s", mbps(bytes, o)),
+            format!("{:.0} MB/s", mbps(bytes, c)),
+            c.as_secs_f64() / o.as_secs_f64(),
+            if name == "plain text" { "≥ 0.5×" } else { "" },
+        );
+    }
+}
+
+struct RpcProc {
+    child: Child,
+    stdin: ChildStdin,
+    out: BufReader<std::process::ChildStdout>,
+    _state: tempfile::TempDir,
+}
+
+impl RpcProc {
+    fn start() -> RpcProc {
+        let state = tempfile::tempdir().unwrap();
+        let cfg = state.path().join("c.toml");
+        std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap())).unwrap();
+        let mut child = Command::new(BIN)
+            .arg("--log-file")
+            .arg(state.path().join("log"))
+            .args(["rpc", "--config"])
+            .arg(&cfg)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        RpcProc { child, stdin, out, _state: state }
+    }
+
+    fn send(&mut self, line: &str) {
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Reads lines until a response with this id arrives.
+    fn wait(&mut self, id: &str) -> String {
+        let needle = format!("\"id\":\"{id}\"");
+        loop {
+            let mut line = String::new();
+            assert!(self.out.read_line(&mut line).unwrap() > 0, "rpc closed");
+            if line.contains(&needle) && line.contains("\"type\":\"response\"") {
+                return line;
+            }
+        }
+    }
+
+    fn round_trip(&mut self, id: &str, command: &str) -> Duration {
+        let t = Instant::now();
+        self.send(&format!("{{\"id\":\"{id}\",\"type\":\"bash\",\"command\":{command:?}}}"));
+        self.wait(id);
+        t.elapsed()
+    }
+}
+
+impl Drop for RpcProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bench_rpc(runs: usize) {
+    println!("\n### RPC round trip (`bash` request → response, median of {runs})\n");
+    println!("| command | ours | baseline | ours ÷ baseline | goal |");
+    println!("|---|---|---|---|---|");
+    let mut rpc = RpcProc::start();
+    rpc.round_trip("warm", "true");
+    for (cmd, base_argv, goal) in [
+        ("true", vec!["bash", "-c", "true"], "≤ 0.3× raw `bash -c true` spawn"),
+        ("/bin/true", vec!["/bin/true"], "≤ 1.5× raw `/bin/true` spawn"),
+    ] {
+        let mut ours = Vec::new();
+        let mut base = Vec::new();
+        for i in 0..runs {
+            ours.push(rpc.round_trip(&format!("{cmd}{i}"), cmd));
+            base.push(time_cmd(Command::new(base_argv[0]).args(&base_argv[1..])));
+        }
+        let (o, b) = (median(ours), median(base));
+        row(&format!("`{cmd}`"), format!("{:.3} ms", o.as_secs_f64() * 1e3), format!("{:.3} ms", b.as_secs_f64() * 1e3), o.as_secs_f64() / b.as_secs_f64(), goal);
+    }
+}
+
+fn bench_exec(runs: usize) {
+    let mb = (500.0 * scale()).max(1.0) as u64;
+    println!("\n### Throughput through `agent-bash exec` ({mb} MB of `yes`, median of {runs})\n");
+    println!("| pipeline | ours | to /dev/null | ours ÷ baseline | goal |");
+    println!("|---|---|---|---|---|");
+    let state = tempfile::tempdir().unwrap();
+    let cfg = state.path().join("c.toml");
+    std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap())).unwrap();
+    let pipeline = format!("yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c {mb}M");
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    for _ in 0..runs {
+        base.push(time_cmd(Command::new("bash").arg("-c").arg(format!("{pipeline} > /dev/null"))));
+        ours.push(time_cmd(
+            Command::new(BIN).arg("--log-file").arg(state.path().join("log")).args(["exec", "--config"]).arg(&cfg).arg("--").arg(&pipeline),
+        ));
+    }
+    let (o, b) = (median(ours), median(base));
+    let bytes = mb << 20;
+    row("`yes … | head -c`", format!("{:.0} MB/s", mbps(bytes, o)), format!("{:.0} MB/s", mbps(bytes, b)), b.as_secs_f64() / o.as_secs_f64(), "≥ 0.8×");
+}
+
+/// Peak RSS (KiB) of a child, from wait4's rusage.
+fn wait_rss(child: Child) -> (i32, i64) {
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: an out-parameter struct for wait4 on our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    std::mem::forget(child);
+    (status, ru.ru_maxrss)
+}
+
+fn bench_rss() {
+    let gib = (1024.0 * scale()).max(1.0) as u64;
+    println!("\n### Peak RSS while a command prints {gib} MiB\n");
+    println!("| process | peak RSS | goal |");
+    println!("|---|---|---|");
+    let state = tempfile::tempdir().unwrap();
+    let cfg = state.path().join("c.toml");
+    std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap())).unwrap();
+    let child = Command::new(BIN)
+        .arg("--log-file")
+        .arg(state.path().join("log"))
+        .args(["exec", "--config"])
+        .arg(&cfg)
+        .arg("--")
+        .arg(format!("head -c {gib}M /dev/zero | tr '\\0' 'x' | fold -w 100"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (_, rss) = wait_rss(child);
+    println!("| backend (`agent-bash exec`) | {:.1} MiB | ≤ 32 MiB |", rss as f64 / 1024.0);
+    let file = state.path().join("big");
+    let mut f = std::fs::File::create(&file).unwrap();
+    let line = [b'x'; 99];
+    for _ in 0..(gib << 20) / 100 {
+        f.write_all(&line).unwrap();
+        f.write_all(b"\n").unwrap();
+    }
+    drop(f);
+    let child = Command::new(BIN)
+        .args(["sanitize", "--artifacts"])
+        .arg(state.path().join("arts"))
+        .stdin(std::fs::File::open(&file).unwrap())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (_, rss) = wait_rss(child);
+    println!("| `agent-bash sanitize` | {:.1} MiB | ≤ 32 MiB |", rss as f64 / 1024.0);
+}
+
+fn bench_abort(runs: usize) {
+    println!("\n### `abort_bash` → cancelled response (median of {runs})\n");
+    println!("| what | ours | goal |");
+    println!("|---|---|---|");
+    let mut rpc = RpcProc::start();
+    let mut lat = Vec::new();
+    for i in 0..runs {
+        let id = format!("s{i}");
+        rpc.send(&format!("{{\"id\":\"{id}\",\"type\":\"bash\",\"command\":\"echo go; sleep 100\"}}"));
+        std::thread::sleep(Duration::from_millis(30));
+        let t = Instant::now();
+        rpc.send(&format!("{{\"id\":\"a{i}\",\"type\":\"abort_bash\"}}"));
+        let line = rpc.wait(&id);
+        lat.push(t.elapsed());
+        assert!(line.contains("\"cancelled\":true"), "{line}");
+    }
+    println!("| abort → response, tree gone | {:.2} ms | ≤ 5 ms |", median(lat).as_secs_f64() * 1e3);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
+    println!("## agent-bash benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    if want("sink") {
+        bench_sink(15);
+    }
+    if want("rpc") {
+        bench_rpc(200);
+    }
+    if want("exec") {
+        bench_exec(50);
+    }
+    if want("rss") {
+        bench_rss();
+    }
+    if want("abort") {
+        bench_abort(50);
+    }
+}

@@ -1,0 +1,243 @@
+//! Settings (`--config FILE`, TOML): every key, its default and why.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::intercept::InterceptorSettings;
+use crate::{Error, Result};
+
+/// All settings. Unknown keys are an error, so a typo never silently does nothing.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Shell to run commands in. Default: `$SHELL` if it is bash or zsh, else bash from PATH,
+    /// else `sh`.
+    pub shell: Option<PathBuf>,
+    /// Extra environment for every command (after the built-in hardening, so it can override).
+    pub env: BTreeMap<String, String>,
+    /// Words that wrap the whole shell process, e.g. `"nice -n 10"` or `"docker exec -i box"`.
+    /// Default: `$AGENT_BASH_SHELL_PREFIX`.
+    pub prefix: Option<String>,
+    /// `[interceptor]`: `enabled` (default false) and `rules` (default: the seven built-ins).
+    pub interceptor: InterceptorSettings,
+    /// `[limits]`: output window, artifact cap, shell-session pool.
+    pub limits: Limits,
+    /// `"on"` runs tool calls in a PTY when an interactive UI is attached; default `"off"`.
+    pub virtual_terminal: Option<String>,
+    /// Root of the per-session artifact directories. Default: `<state dir>/agent-bash`.
+    pub state_dir: Option<PathBuf>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Tail window size in bytes (model-facing text). Default 51200.
+    pub max_bytes: usize,
+    /// Tail window size in lines. Default 2000.
+    pub max_lines: usize,
+    /// Largest artifact file; past it the middle is elided. Default 32 MiB.
+    pub artifact_cap_bytes: u64,
+    /// Idle shell sessions are closed after this many seconds. Default 1800.
+    pub session_idle_secs: u64,
+    /// At most this many live shell sessions; the least recently used goes first. Default 16.
+    pub max_sessions: usize,
+    /// Artifact directories older than this many days are removed at start-up. Default 7.
+    pub retention_days: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: 51_200,
+            max_lines: 2000,
+            artifact_cap_bytes: 32 << 20,
+            session_idle_secs: 30 * 60,
+            max_sessions: 16,
+            retention_days: 7,
+        }
+    }
+}
+
+impl Settings {
+    /// Reads a TOML settings file.
+    pub fn load(path: &Path) -> Result<Settings> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::InvalidInput(format!("cannot read settings {}: {e}", path.display()))
+        })?;
+        Settings::parse(&text)
+            .map_err(|e| Error::InvalidInput(format!("settings {}: {e}", path.display())))
+    }
+
+    /// Parses settings from TOML text.
+    pub fn parse(text: &str) -> Result<Settings> {
+        let s: Settings = toml::from_str(text).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        if let Some(v) = &s.virtual_terminal {
+            if v != "on" && v != "off" {
+                return Err(Error::InvalidInput(format!(
+                    "virtual_terminal must be \"on\" or \"off\", got {v:?}"
+                )));
+            }
+        }
+        if s.limits.max_bytes == 0 || s.limits.max_lines == 0 || s.limits.max_sessions == 0 {
+            return Err(Error::InvalidInput(
+                "limits.max_bytes, limits.max_lines and limits.max_sessions must be at least 1"
+                    .into(),
+            ));
+        }
+        Ok(s)
+    }
+
+    /// The shell to run (SPEC §5).
+    pub fn resolve_shell(&self) -> PathBuf {
+        if let Some(s) = &self.shell {
+            return s.clone();
+        }
+        if let Some(s) = std::env::var_os("SHELL").map(PathBuf::from) {
+            let name = s.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if (name == "bash" || name == "zsh") && s.is_absolute() && s.exists() {
+                return s;
+            }
+        }
+        if let Some(path) = std::env::var_os("PATH") {
+            for dir in std::env::split_paths(&path) {
+                let cand = dir.join("bash");
+                if cand.is_file() {
+                    return cand;
+                }
+            }
+        }
+        PathBuf::from("/bin/sh")
+    }
+
+    /// The prefix words (setting, else `AGENT_BASH_SHELL_PREFIX`).
+    pub fn resolve_prefix(&self) -> Result<Vec<String>> {
+        let raw = match &self.prefix {
+            Some(p) => p.clone(),
+            None => std::env::var("AGENT_BASH_SHELL_PREFIX").unwrap_or_default(),
+        };
+        split_words(&raw)
+    }
+}
+
+/// Splits a prefix into words with shell quoting rules (single/double quotes, backslash).
+pub fn split_words(s: &str) -> Result<Vec<String>> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => cur.push(c),
+                        None => return Err(Error::InvalidInput(format!("prefix: unterminated quote in {s:?}"))),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c) => cur.push(c),
+                            None => return Err(Error::InvalidInput(format!("prefix: trailing backslash in {s:?}"))),
+                        },
+                        Some(c) => cur.push(c),
+                        None => return Err(Error::InvalidInput(format!("prefix: unterminated quote in {s:?}"))),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(c) => cur.push(c),
+                    None => return Err(Error::InvalidInput(format!("prefix: trailing backslash in {s:?}"))),
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Ok(words)
+}
+
+/// The non-interactive hardening environment (SPEC §6), given to every command.
+pub const HARDENING: &[(&str, &str)] = &[
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+    ("MANPAGER", "cat"),
+    ("SYSTEMD_PAGER", "cat"),
+    ("BAT_PAGER", "cat"),
+    ("DELTA_PAGER", "cat"),
+    ("GH_PAGER", "cat"),
+    ("GLAB_PAGER", "cat"),
+    ("PSQL_PAGER", "cat"),
+    ("MYSQL_PAGER", "cat"),
+    ("HOMEBREW_PAGER", "cat"),
+    ("AWS_PAGER", ""),
+    ("LESS", "FRX"),
+    ("GIT_EDITOR", "true"),
+    ("VISUAL", "true"),
+    ("EDITOR", "true"),
+    ("GIT_TERMINAL_PROMPT", "0"),
+    ("SSH_ASKPASS", "/usr/bin/false"),
+    ("npm_config_yes", "true"),
+    ("npm_config_update_notifier", "false"),
+    ("npm_config_fund", "false"),
+    ("npm_config_audit", "false"),
+    ("npm_config_progress", "false"),
+    ("PNPM_DISABLE_SELF_UPDATE_CHECK", "true"),
+    ("PNPM_UPDATE_NOTIFIER", "false"),
+    ("YARN_ENABLE_TELEMETRY", "0"),
+    ("YARN_ENABLE_PROGRESS_BARS", "0"),
+    ("CARGO_TERM_PROGRESS_WHEN", "never"),
+    ("DEBIAN_FRONTEND", "noninteractive"),
+    ("PIP_NO_INPUT", "1"),
+    ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+    ("TF_INPUT", "0"),
+    ("TF_IN_AUTOMATION", "1"),
+    ("GH_PROMPT_DISABLED", "1"),
+    ("COMPOSER_NO_INTERACTION", "1"),
+    ("CLOUDSDK_CORE_DISABLE_PROMPTS", "1"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_and_reject() {
+        let s = Settings::parse("prefix = \"nice -n 10\"\n[limits]\nmax_sessions = 4\n").unwrap();
+        assert_eq!(s.prefix.as_deref(), Some("nice -n 10"));
+        assert_eq!(s.limits.max_sessions, 4);
+        assert_eq!(s.limits.max_bytes, 51_200);
+        assert!(Settings::parse("prefx = 1").is_err());
+        assert!(Settings::parse("virtual_terminal = \"maybe\"").is_err());
+    }
+
+    #[test]
+    fn prefix_words() {
+        assert_eq!(split_words("nice -n 10").unwrap(), ["nice", "-n", "10"]);
+        assert_eq!(split_words("docker exec -i 'my box'").unwrap(), ["docker", "exec", "-i", "my box"]);
+        assert_eq!(split_words("").unwrap(), Vec::<String>::new());
+        assert!(split_words("a 'b").is_err());
+    }
+}

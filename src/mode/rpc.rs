@@ -1,0 +1,373 @@
+//! `agent-bash rpc`: JSON lines over stdio, wire-compatible with the reference agent's RPC
+//! `bash` / `abort_bash` (SPEC §9), plus `tool_call` with execution events.
+//!
+//! Every request is handled on its own task, so `abort_bash` interrupts a running `bash`.
+//! One writer task owns stdout; everything else sends it finished lines.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::exec::{LiveUpdate, Origin, Request, Runtime, Settings, UpdateFn};
+use crate::result::BashResult;
+use crate::Result;
+
+/// Flags of `agent-bash rpc`.
+#[derive(Debug, clap::Args)]
+pub struct RpcArgs {
+    /// Settings file (TOML).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// Longest request line accepted; longer lines are answered with a parse error.
+const MAX_LINE: usize = 16 << 20;
+
+type Out = mpsc::UnboundedSender<String>;
+
+struct State {
+    rt: Arc<Runtime>,
+    out: Out,
+    /// Running `bash` requests (aborted together by `abort_bash`).
+    bangs: Mutex<HashMap<u64, CancellationToken>>,
+    /// Running `tool_call` requests by request id.
+    tools: Mutex<HashMap<String, CancellationToken>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// Runs the JSON-lines mode until stdin closes (then waits for running requests) or a signal.
+pub async fn run(args: RpcArgs) -> Result<i32> {
+    let settings = match &args.config {
+        Some(p) => Settings::load(p)?,
+        None => Settings::default(),
+    };
+    let rt = super::start_runtime(settings)?;
+    tokio::spawn(rt.clone().evict_loop());
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(mut line) = rx.recv().await {
+            line.push('\n');
+            if stdout.write_all(line.as_bytes()).await.is_err() {
+                break;
+            }
+            let _ = stdout.flush().await;
+        }
+    });
+    let state = Arc::new(State {
+        rt: rt.clone(),
+        out: tx,
+        bangs: Mutex::new(HashMap::new()),
+        tools: Mutex::new(HashMap::new()),
+        next: std::sync::atomic::AtomicU64::new(0),
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut lines = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+    let mut buf = Vec::new();
+    let signal = super::wait_for_signal();
+    tokio::pin!(signal);
+    loop {
+        buf.clear();
+        let read = tokio::select! {
+            r = read_line(&mut lines, &mut buf) => r,
+            _ = &mut signal => { cancel_all(&state); break; }
+        };
+        match read {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!("stdin: {e}");
+                break;
+            }
+        }
+        if buf.len() > MAX_LINE {
+            send(&state.out, parse_error(None, "request line too long"));
+            continue;
+        }
+        let text = String::from_utf8_lossy(&buf);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let st = state.clone();
+        let text = text.into_owned();
+        tasks.spawn(async move { handle(&st, &text).await });
+        while tasks.try_join_next().is_some() {}
+    }
+    // stdin closed: let running requests finish (a signal cancelled them above).
+    let signal2 = super::wait_for_signal();
+    tokio::select! {
+        _ = async { while tasks.join_next().await.is_some() {} } => {}
+        _ = signal2 => { cancel_all(&state); while tasks.join_next().await.is_some() {} }
+    }
+    rt.shutdown().await;
+    drop(state);
+    let _ = writer.await;
+    Ok(0)
+}
+
+/// Reads one line (without its newline) into `buf`; false at EOF with nothing read.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    let n = r.read_until(b'\n', buf).await?;
+    if n == 0 {
+        return Ok(false);
+    }
+    while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        buf.pop();
+    }
+    Ok(true)
+}
+
+fn cancel_all(state: &State) {
+    if let Ok(b) = state.bangs.lock() {
+        b.values().for_each(|c| c.cancel());
+    }
+    if let Ok(t) = state.tools.lock() {
+        t.values().for_each(|c| c.cancel());
+    }
+}
+
+fn send(out: &Out, v: Value) {
+    let _ = out.send(v.to_string());
+}
+
+fn parse_error(id: Option<&Value>, msg: &str) -> Value {
+    let mut v = json!({"type": "response", "command": "parse", "success": false,
+        "error": format!("Failed to parse command: {msg}")});
+    if let Some(id) = id {
+        v["id"] = id.clone();
+    }
+    v
+}
+
+fn response(id: Option<&Value>, command: &str, result: std::result::Result<Option<Value>, String>) -> Value {
+    let mut v = json!({"type": "response", "command": command});
+    if let Some(id) = id {
+        v["id"] = id.clone();
+    }
+    match result {
+        Ok(data) => {
+            v["success"] = json!(true);
+            if let Some(d) = data {
+                v["data"] = d;
+            }
+        }
+        Err(e) => {
+            v["success"] = json!(false);
+            v["error"] = json!(e);
+        }
+    }
+    v
+}
+
+async fn handle(state: &Arc<State>, line: &str) {
+    let req: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => {
+            // Echo the id when it can be read at all (SPEC §9, Ours).
+            let id = sniff_id(line);
+            send(&state.out, parse_error(id.as_ref(), &e.to_string()));
+            return;
+        }
+    };
+    let Some(obj) = req.as_object() else {
+        send(&state.out, parse_error(None, "expected a JSON object"));
+        return;
+    };
+    let id = obj.get("id").cloned();
+    let Some(kind) = obj.get("type").and_then(Value::as_str) else {
+        send(&state.out, parse_error(id.as_ref(), "missing \"type\""));
+        return;
+    };
+    match kind {
+        "bash" => bash(state, id, obj).await,
+        "abort_bash" => {
+            if let Ok(b) = state.bangs.lock() {
+                b.values().for_each(|c| c.cancel());
+            }
+            send(&state.out, response(id.as_ref(), "abort_bash", Ok(None)));
+        }
+        "tool_call" => tool_call(state, id, obj).await,
+        "abort_tool_call" => {
+            let target = obj.get("target").map(id_key);
+            let found = match (&target, state.tools.lock()) {
+                (Some(t), Ok(tools)) => tools.get(t).map(|c| c.cancel()).is_some(),
+                _ => false,
+            };
+            let res = if found { Ok(None) } else { Err("No running tool call with that id".into()) };
+            send(&state.out, response(id.as_ref(), "abort_tool_call", res));
+        }
+        other => {
+            send(&state.out, response(id.as_ref(), other, Err(format!("Unknown command: {other}"))));
+        }
+    }
+}
+
+/// Best-effort id from a line that is not valid JSON: `"id":"…"` or `"id":123`.
+fn sniff_id(line: &str) -> Option<Value> {
+    let at = line.find("\"id\"")?;
+    let rest = line[at + 4..].trim_start().strip_prefix(':')?.trim_start();
+    if let Some(s) = rest.strip_prefix('"') {
+        let end = s.find('"')?;
+        return Some(Value::String(s[..end].to_string()));
+    }
+    let num: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    num.parse::<u64>().ok().map(Value::from)
+}
+
+fn id_key(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn get_str(obj: &Map<String, Value>, k: &str) -> std::result::Result<Option<String>, String> {
+    match obj.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(format!("\"{k}\" must be a string, got {other}")),
+    }
+}
+
+fn get_count(obj: &Map<String, Value>, k: &str) -> std::result::Result<Option<usize>, String> {
+    match obj.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(|n| Some(n as usize))
+            .ok_or_else(|| format!("\"{k}\" must be a non-negative integer, got {v}")),
+    }
+}
+
+fn get_timeout(obj: &Map<String, Value>) -> std::result::Result<Option<f64>, String> {
+    match obj.get("timeout") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => crate::validate::parse_timeout(v).map(|t| Some(t.secs)).map_err(|e| e.to_string()),
+    }
+}
+
+fn request_from(obj: &Map<String, Value>, origin: Origin) -> std::result::Result<Request, String> {
+    let command = get_str(obj, "command")?.ok_or("missing \"command\"")?;
+    let tools = match obj.get("tools") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|t| t.as_str().map(str::to_string).ok_or("\"tools\" must be strings"))
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+        ),
+        Some(_) => return Err("\"tools\" must be an array of strings".into()),
+    };
+    Ok(Request {
+        origin,
+        command,
+        timeout: get_timeout(obj)?,
+        cwd: get_str(obj, "cwd")?,
+        head: get_count(obj, "head")?,
+        tail: get_count(obj, "tail")?,
+        tools,
+        session_key: get_str(obj, "session_key")?,
+    })
+}
+
+async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
+    let req = match request_from(obj, Origin::Bang) {
+        Ok(r) => r,
+        Err(e) => return send(&state.out, response(id.as_ref(), "bash", Err(e))),
+    };
+    let n = state.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cancel = CancellationToken::new();
+    if let Ok(mut b) = state.bangs.lock() {
+        b.insert(n, cancel.clone());
+    }
+    let res = state.rt.run(req, cancel, None).await;
+    if let Ok(mut b) = state.bangs.lock() {
+        b.remove(&n);
+    }
+    let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
+    send(&state.out, response(id.as_ref(), "bash", res));
+}
+
+async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
+    let req = match request_from(obj, Origin::Tool) {
+        Ok(r) => r,
+        Err(e) => return send(&state.out, response(id.as_ref(), "tool_call", Err(e))),
+    };
+    let key = id.as_ref().map(id_key).unwrap_or_default();
+    let cancel = CancellationToken::new();
+    if let Ok(mut t) = state.tools.lock() {
+        t.insert(key.clone(), cancel.clone());
+    }
+    let mut start = json!({"type": "tool_execution_start", "toolName": "bash",
+        "args": {"command": req.command}});
+    if let Some(id) = &id {
+        start["id"] = id.clone();
+    }
+    send(&state.out, start);
+    let out = state.out.clone();
+    let upd_id = id.clone();
+    let on_update: UpdateFn = Arc::new(move |u: LiveUpdate| {
+        let mut v = json!({"type": "tool_execution_update", "toolName": "bash",
+            "partialResult": {"output": u.tail, "totalBytes": u.total_bytes, "totalLines": u.total_lines}});
+        if let Some(id) = &upd_id {
+            v["id"] = id.clone();
+        }
+        let _ = out.send(v.to_string());
+    });
+    let res = state.rt.run(req, cancel, Some(on_update)).await;
+    if let Ok(mut t) = state.tools.lock() {
+        t.remove(&key);
+    }
+    let (result, is_error) = match &res {
+        Ok(r) => (camel(to_value(r)), r.is_error),
+        Err(e) => (json!({"output": e.to_string()}), true),
+    };
+    let mut end = json!({"type": "tool_execution_end", "toolName": "bash", "result": result, "isError": is_error});
+    if let Some(id) = &id {
+        end["id"] = id.clone();
+    }
+    send(&state.out, end);
+    let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
+    send(&state.out, response(id.as_ref(), "tool_call", res));
+}
+
+fn to_value(r: &BashResult) -> Value {
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}
+
+/// snake_case keys → camelCase, recursively (the reference's wire uses camelCase).
+pub fn camel(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (camel_key(&k), camel(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(camel).collect()),
+        other => other,
+    }
+}
+
+fn camel_key(k: &str) -> String {
+    let mut out = String::with_capacity(k.len());
+    let mut up = false;
+    for c in k.chars() {
+        if c == '_' {
+            up = true;
+        } else if up {
+            out.extend(c.to_uppercase());
+            up = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -1,0 +1,212 @@
+//! `agent-bash rpc` with real shells: the reference's cases and ours.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::support::{eventually, procs_with_env, Rpc};
+
+#[tokio::test]
+async fn rpc_bash_wire_shape_and_exit_codes() {
+    let mut rpc = Rpc::start().await;
+    let id = rpc.send(json!({"type": "bash", "command": "echo hi"})).await;
+    let r = rpc.response(&id).await;
+    assert_eq!(r["command"], "bash");
+    assert_eq!(r["success"], true);
+    assert_eq!(r["data"]["output"], "hi\n");
+    assert_eq!(r["data"]["exitCode"], 0);
+    assert_eq!(r["data"]["cancelled"], false);
+    assert_eq!(r["data"]["truncated"], false);
+    assert!(r["data"].get("artifactId").is_none(), "absent values omitted: {r}");
+    let d = rpc.bash("exit 7").await;
+    assert_eq!(d["exitCode"], 7);
+    assert!(d["output"].as_str().unwrap().ends_with("Command exited with code 7"), "{d}");
+    // `exit` threw the shell away: the next command works and says so.
+    let d = rpc.bash("echo again").await;
+    assert_eq!(d["output"], "again\n");
+    assert_eq!(d["shellRestarted"], true);
+}
+
+#[tokio::test]
+async fn rpc_errors_echo_ids() {
+    let mut rpc = Rpc::start().await;
+    rpc.send_raw("{not json").await;
+    let r = rpc.wait_for(|v| v["command"] == "parse").await;
+    assert_eq!(r["success"], false);
+    assert!(r["error"].as_str().unwrap().starts_with("Failed to parse command: "), "{r}");
+    rpc.send_raw(r#"{"id":"x1","type":"bash","command":}"#).await;
+    let r = rpc.wait_for(|v| v["command"] == "parse" && v["id"] == "x1").await;
+    assert_eq!(r["success"], false);
+    let id = rpc.send(json!({"type": "frobnicate"})).await;
+    let r = rpc.response(&id).await;
+    assert_eq!(r["error"], "Unknown command: frobnicate");
+    assert_eq!(r["success"], false);
+    let id = rpc.send(json!({"type": "tool_call", "command": "true", "cwd": "/nonexistent/dir"})).await;
+    let r = rpc.response(&id).await;
+    assert_eq!(r["success"], false);
+    assert_eq!(r["error"], "Working directory does not exist: /nonexistent/dir");
+    let id = rpc.send(json!({"type": "tool_call", "command": "true", "timeout": "soon"})).await;
+    let r = rpc.response(&id).await;
+    assert_eq!(r["success"], false, "{r}");
+    // Still alive after all of that.
+    assert_eq!(rpc.bash("echo ok").await["output"], "ok\n");
+}
+
+#[tokio::test]
+async fn rpc_state_persists_per_key() {
+    let mut rpc = Rpc::start().await;
+    rpc.bash("export AB_T=1; f() { echo fn $1; }; alias al='echo aliased'; shopt -s extglob").await;
+    let d = rpc.bash("echo $AB_T; f x; al; shopt -q extglob && echo ext").await;
+    assert_eq!(d["output"], "1\nfn x\naliased\next\n");
+    let d = rpc.bash("if then fi").await;
+    assert_eq!(d["exitCode"], 2);
+    assert_eq!(rpc.bash("echo $AB_T").await["output"], "1\n");
+    // Another key is another shell.
+    let d = rpc.tool(json!({"command": "echo \"[$AB_T]\"", "session_key": "other"})).await;
+    assert_eq!(d["output"], "[]\n");
+    // `exec` must not replace the backend.
+    let d = rpc.bash("exec echo hi").await;
+    assert_eq!(d["output"], "hi\n");
+    assert_eq!(rpc.bash("echo alive").await["output"], "alive\n");
+}
+
+#[tokio::test]
+async fn rpc_cwd_env_and_invalid_utf8() {
+    let mut rpc = Rpc::start_with(Some("[env]\nAB_FROM_SETTINGS = \"yes\"\n")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = rpc.tool(json!({"command": "pwd", "cwd": dir.path()})).await;
+    assert_eq!(d["output"], format!("{}\n", dir.path().display()));
+    let d = rpc.tool(json!({"command": "echo $AB_FROM_SETTINGS $AGENT_BASH $GIT_TERMINAL_PROMPT $PAGER"})).await;
+    assert_eq!(d["output"], "yes 1 0 cat\n");
+    let d = rpc.tool(json!({"command": "printf 'a\\377b\\n'"})).await;
+    assert_eq!(d["output"], "a\u{FFFD}b\n");
+}
+
+#[tokio::test]
+async fn rpc_streams_updates() {
+    let mut rpc = Rpc::start().await;
+    let id = rpc
+        .send(json!({"type": "tool_call", "command": "for i in $(seq 20); do echo line $i; sleep 0.03; done"}))
+        .await;
+    let start = rpc.wait_for(|v| v["type"] == "tool_execution_start").await;
+    assert_eq!(start["id"], id.as_str());
+    let mut updates = 0;
+    loop {
+        let v = rpc.wait_for(|v| v["type"] == "tool_execution_update" || v["type"] == "tool_execution_end").await;
+        if v["type"] == "tool_execution_end" {
+            break;
+        }
+        let tail = v["partialResult"]["output"].as_str().unwrap();
+        assert!(tail.is_empty() || tail.starts_with("line 1\n"), "{tail:?}");
+        updates += 1;
+    }
+    assert!(updates >= 2, "streamed in {updates} updates");
+    let r = rpc.response(&id).await;
+    let out = r["data"]["output"].as_str().unwrap();
+    assert_eq!(out.lines().count(), 20);
+    assert!(out.ends_with("line 20\n"));
+}
+
+#[tokio::test]
+async fn rpc_background_job_returns() {
+    let mut rpc = Rpc::start().await;
+    let t = Instant::now();
+    let d = rpc.tool(json!({"command": "{ sleep 5; } & echo fg"})).await;
+    assert_eq!(d["output"], "fg\n");
+    assert!(t.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn rpc_timeout_annotation_and_tree_killed() {
+    let mut rpc = Rpc::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m1 = dir.path().join("m1");
+    let m2 = dir.path().join("m2");
+    let d = rpc.tool(json!({"command": "sleep 10; echo done", "timeout": 0.05})).await;
+    assert!(d["output"].as_str().unwrap().starts_with("[Command timed out after 1 seconds]"), "{d}");
+    assert!(!d["output"].as_str().unwrap().contains("done"));
+    assert_eq!(d["cancelled"], true);
+    assert_eq!(d["timedOut"], true);
+    assert!(d.get("exitCode").is_none());
+    assert_eq!(d["timeoutClampedFrom"], 0.05);
+    let cmd = format!("sleep 2 && echo > {}", m1.display());
+    rpc.tool(json!({"command": cmd, "timeout": 1})).await;
+    let cmd = format!("{{ sleep 2; echo > {}; }} & sleep 10", m2.display());
+    let d = rpc.tool(json!({"command": cmd, "timeout": 1})).await;
+    assert_eq!(d["timedOut"], true);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!m1.exists() && !m2.exists());
+}
+
+#[tokio::test]
+async fn rpc_abort_kills_everything() {
+    let mut rpc = Rpc::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m");
+    let cmd = format!(
+        "export AB_ABORT_T=1; setsid sleep 300 & {{ sleep 2; echo > {}; }} & (trap '' TERM; sleep 300) & echo started; sleep 100",
+        m.display()
+    );
+    let id = rpc.send(json!({"type": "bash", "command": cmd})).await;
+    assert!(eventually(Duration::from_secs(5), || procs_with_env("AB_ABORT_T=1").len() >= 3).await);
+    let t = Instant::now();
+    let aid = rpc.send(json!({"type": "abort_bash"})).await;
+    let r = rpc.response(&aid).await;
+    assert_eq!(r["success"], true);
+    let r = rpc.response(&id).await;
+    let out = r["data"]["output"].as_str().unwrap();
+    assert!(out.starts_with("[Command cancelled]"), "{out}");
+    assert!(out.contains("started"));
+    assert_eq!(r["data"]["cancelled"], true);
+    // TERM-ignoring child: gone within 1 s of the 500 ms grace.
+    assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
+    assert!(procs_with_env("AB_ABORT_T=1").is_empty());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!m.exists());
+}
+
+#[tokio::test]
+async fn rpc_output_limits_and_head() {
+    let mut rpc = Rpc::start().await;
+    let d = rpc.tool(json!({"command": "head -c 100000 /dev/zero | tr '\\0' x"})).await;
+    assert_eq!(d["totalBytes"], 100000);
+    assert!(d["outputBytes"].as_u64().unwrap() <= 51200);
+    assert_eq!(d["truncated"], true);
+    let t = Instant::now();
+    let d = rpc.tool(json!({"command": "yes | head -n 5"})).await;
+    assert_eq!(d["output"], "y\ny\ny\ny\ny\n");
+    assert_eq!(d["exitCode"], 0);
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn rpc_prefix_wraps_every_stage() {
+    let mut rpc = Rpc::start_with(Some("prefix = \"nice -n 7\"\n")).await;
+    let d = rpc.tool(json!({"command": "nice | cat && nice"})).await;
+    assert_eq!(d["output"], "7\n7\n");
+}
+
+#[tokio::test]
+async fn rpc_concurrent_keys_get_own_output() {
+    let mut rpc = Rpc::start().await;
+    let mut ids = Vec::new();
+    for k in 0..16 {
+        let cmd = format!("for i in 1 2 3; do echo key{k}-$i; sleep 0.05; done");
+        ids.push(rpc.send(json!({"type": "tool_call", "command": cmd, "session_key": format!("k{k}")})).await);
+    }
+    for (k, id) in ids.iter().enumerate() {
+        let r = rpc.response(id).await;
+        assert_eq!(r["data"]["output"], format!("key{k}-1\nkey{k}-2\nkey{k}-3\n"));
+    }
+}
+
+#[tokio::test]
+async fn rpc_sigkill_leaves_nothing_behind() {
+    let mut rpc = Rpc::start().await;
+    let id = rpc.send(json!({"type": "bash", "command": "export AB_KILL_T=1; setsid sleep 300 & sleep 300 & sleep 300"})).await;
+    assert!(eventually(Duration::from_secs(5), || procs_with_env("AB_KILL_T=1").len() >= 3).await);
+    let _ = id;
+    // SAFETY: killing our own child.
+    unsafe { libc::kill(rpc.pid(), libc::SIGKILL) };
+    assert!(eventually(Duration::from_secs(2), || procs_with_env("AB_KILL_T=1").is_empty()).await);
+}

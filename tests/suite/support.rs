@@ -1,0 +1,154 @@
+//! Shared helpers: a JSON-lines RPC client over the real binary, process checks.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_agent-bash");
+
+/// A running `agent-bash rpc` with a private state dir.
+pub struct Rpc {
+    pub child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    /// Messages read while waiting for something else.
+    pending: VecDeque<Value>,
+    pub state: tempfile::TempDir,
+    next: u64,
+}
+
+impl Rpc {
+    pub async fn start() -> Rpc {
+        Rpc::start_with(None).await
+    }
+
+    pub async fn start_with(config: Option<&str>) -> Rpc {
+        let state = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--log-file").arg(state.path().join("log")).arg("rpc");
+        let cfg_text = format!(
+            "state_dir = {:?}\n{}",
+            state.path().to_str().unwrap(),
+            config.unwrap_or("")
+        );
+        let cfg_path = state.path().join("config.toml");
+        std::fs::write(&cfg_path, cfg_text).unwrap();
+        cmd.arg("--config").arg(&cfg_path);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Rpc { child, stdin, lines, pending: VecDeque::new(), state, next: 0 }
+    }
+
+    pub fn artifacts_dir(&self) -> PathBuf {
+        let sessions = self.state.path().join("sessions");
+        std::fs::read_dir(&sessions).unwrap().next().unwrap().unwrap().path()
+    }
+
+    pub async fn send_raw(&mut self, line: &str) {
+        self.stdin.write_all(line.as_bytes()).await.unwrap();
+        self.stdin.write_all(b"\n").await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// Sends a request with a fresh id; returns the id.
+    pub async fn send(&mut self, mut req: Value) -> String {
+        self.next += 1;
+        let id = format!("r{}", self.next);
+        req["id"] = json!(id);
+        self.send_raw(&req.to_string()).await;
+        id
+    }
+
+    async fn read(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
+            .await
+            .expect("rpc answered within 30 s")
+            .unwrap()
+            .expect("rpc closed stdout");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad JSON {line:?}: {e}"))
+    }
+
+    /// Waits for the first message matching `pred`, keeping others for later.
+    pub async fn wait_for(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(i) = self.pending.iter().position(&pred) {
+            return self.pending.remove(i).unwrap();
+        }
+        loop {
+            let v = self.read().await;
+            if pred(&v) {
+                return v;
+            }
+            self.pending.push_back(v);
+        }
+    }
+
+    pub async fn response(&mut self, id: &str) -> Value {
+        let id = id.to_string();
+        self.wait_for(move |v| v["type"] == "response" && v["id"] == id.as_str()).await
+    }
+
+    /// Runs a `bash` request and returns the response's data.
+    pub async fn bash(&mut self, command: &str) -> Value {
+        let id = self.send(json!({"type": "bash", "command": command})).await;
+        let r = self.response(&id).await;
+        assert_eq!(r["success"], true, "{r}");
+        r["data"].clone()
+    }
+
+    /// Runs a `tool_call` and returns the response's data.
+    pub async fn tool(&mut self, params: Value) -> Value {
+        let mut req = params;
+        req["type"] = json!("tool_call");
+        let id = self.send(req).await;
+        let r = self.response(&id).await;
+        assert_eq!(r["success"], true, "{r}");
+        r["data"].clone()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id().unwrap() as i32
+    }
+}
+
+/// Processes whose environment contains `needle` (a marker env var set by the test).
+pub fn procs_with_env(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')) {
+            continue;
+        }
+        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
+            if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Polls `cond` every 10 ms until it holds or `limit` passes.
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
