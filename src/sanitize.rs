@@ -639,6 +639,10 @@ mod tests {
         // removed, so nothing replaces "carriage" and it stays. No newline is added at the end.
         let input = "\x1b[31mred\x1b[0m\ra\0b\tline\ncarriage\r\x01\u{85}";
         assert_eq!(sanitize(input.as_bytes()), "ab\tline\ncarriage");
+        // Read as bytes instead, 0x85 alone is invalid UTF-8: U+FFFD, which is text and so
+        // replaces "carriage".
+        let bytes = b"\x1b[31mred\x1b[0m\ra\0b\tline\ncarriage\r\x01\x85";
+        assert_eq!(sanitize(bytes), "ab\tline\n\u{FFFD}");
     }
 
     #[test]
