@@ -1,1 +1,461 @@
 //! SPEC §7: `BashResult` and the model-facing text (notices, exit-code wording).
+//!
+//! The text is built from up to four parts, each present only when it applies, separated by
+//! exactly one blank line:
+//!
+//! ```text
+//! [Command timed out after 300 seconds]        timeout or cancel annotation: always first
+//!
+//! <the output, or "(no output)">
+//!
+//! [Showing lines 9001-10000 of 10000 (50.0KB limit). Full: artifact://3]
+//!
+//! Command exited with code 1                   or "Command failed: missing exit status"
+//! ```
+//!
+//! The output is kept as it is when nothing follows it (`echo hi` gives `"hi\n"`, as in the
+//! reference). When a notice or exit line follows, one trailing newline of the output is dropped
+//! first, so the separator is one blank line whether or not the output ended with a newline:
+//! `"hi\n"` and `"hi"` both give `"hi\n\nCommand exited with code 1"`.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::sink::{SinkOutput, TruncatedBy};
+
+/// What the model (and the RPC client) gets for one command.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BashResult {
+    /// The model-facing text: annotation, output, truncation notice, exit wording.
+    pub output: String,
+    /// Absent when unknown, and always after a timeout or cancel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// True for cancels and timeouts alike (the reference's meaning).
+    pub cancelled: bool,
+    pub timed_out: bool,
+    pub truncated: bool,
+    pub total_lines: u64,
+    pub total_bytes: u64,
+    pub output_lines: u64,
+    pub output_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifact_id: Option<u64>,
+    pub duration_ms: u64,
+    /// What normalization (§1) extracted from the command, when it changed anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub normalized: Option<serde_json::Value>,
+    /// The persistent shell died or was replaced while serving this command.
+    pub shell_restarted: bool,
+    /// The timeout the caller asked for, when §3 clamped it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_clamped_from: Option<f64>,
+    /// Time spent waiting for a busy shell session before the command started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncation: Option<Truncation>,
+    /// Non-zero or missing exit status, timeout or cancel.
+    pub is_error: bool,
+    /// The interception (§2) that blocked the command instead of running it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<serde_json::Value>,
+}
+
+/// Truncation metadata (SPEC §7), present exactly when the text is not the whole output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Truncation {
+    pub direction: Direction,
+    pub truncated_by: TruncatedBy,
+    pub shown_range: ShownRange,
+    pub total_lines: u64,
+    pub total_bytes: u64,
+    pub output_lines: u64,
+    pub output_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifact_id: Option<u64>,
+}
+
+/// Which end of the output the window keeps; the sink always keeps the tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    #[default]
+    Tail,
+}
+
+/// 1-based inclusive line range of the full output that the text shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ShownRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// How the command ended. One variant per wording of §7, so a timeout can never also carry an
+/// exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command exited with this status; 0 is success. Mapping a death by signal to a status
+    /// (such as 128 + N) is the executor's business.
+    Exited(i32),
+    /// The command ended but its status could not be learned (the shell died, a PTY error).
+    MissingExitStatus,
+    /// Killed when this timeout (after clamping) ran out.
+    TimedOut(Duration),
+    /// Stopped at the request of the user or the agent.
+    Cancelled,
+}
+
+/// Shapes the sink's output and the outcome into a [`BashResult`]. `limit_bytes` is the byte
+/// size of the window, shown in the truncation notice. Fields this function cannot know
+/// (`normalized`, `shell_restarted`, `timeout_clamped_from`, `waited_ms`, `blocked`) are left
+/// empty for the caller to set.
+pub fn shape(
+    sink: SinkOutput,
+    outcome: &Outcome,
+    duration: Duration,
+    limit_bytes: u64,
+) -> BashResult {
+    let truncation = sink.truncated.then(|| Truncation {
+        direction: Direction::Tail,
+        // The sink reports the reason whenever it truncates; bytes is the reference's only one.
+        truncated_by: sink.truncated_by.unwrap_or(TruncatedBy::Bytes),
+        shown_range: shown_range(&sink),
+        total_lines: sink.total_lines,
+        total_bytes: sink.total_bytes,
+        output_lines: sink.output_lines,
+        output_bytes: sink.output_bytes,
+        artifact_id: sink.artifact_id,
+    });
+
+    let annotation = match outcome {
+        Outcome::TimedOut(timeout) => {
+            Some(format!("[Command timed out after {} seconds]", format_seconds(*timeout)))
+        }
+        Outcome::Cancelled => Some("[Command cancelled]".to_owned()),
+        Outcome::Exited(_) | Outcome::MissingExitStatus => None,
+    };
+    let notice = truncation.as_ref().map(|t| truncation_notice(t, limit_bytes));
+    let exit_line = match outcome {
+        Outcome::Exited(0) | Outcome::TimedOut(_) | Outcome::Cancelled => None,
+        Outcome::Exited(code) => Some(format!("Command exited with code {code}")),
+        Outcome::MissingExitStatus => Some("Command failed: missing exit status".to_owned()),
+    };
+
+    let body = if sink.text.is_empty() { "(no output)" } else { sink.text.as_str() };
+    let mut text = String::with_capacity(body.len() + 160);
+    if let Some(annotation) = &annotation {
+        text.push_str(annotation);
+        text.push_str("\n\n");
+    }
+    let after: Vec<&str> = notice.iter().chain(&exit_line).map(String::as_str).collect();
+    if after.is_empty() {
+        text.push_str(body);
+    } else {
+        text.push_str(body.strip_suffix('\n').unwrap_or(body));
+        for part in after {
+            text.push_str("\n\n");
+            text.push_str(part);
+        }
+    }
+
+    BashResult {
+        output: text,
+        exit_code: match outcome {
+            Outcome::Exited(code) => Some(*code),
+            _ => None,
+        },
+        cancelled: matches!(outcome, Outcome::TimedOut(_) | Outcome::Cancelled),
+        timed_out: matches!(outcome, Outcome::TimedOut(_)),
+        truncated: sink.truncated,
+        total_lines: sink.total_lines,
+        total_bytes: sink.total_bytes,
+        output_lines: sink.output_lines,
+        output_bytes: sink.output_bytes,
+        artifact_id: sink.artifact_id,
+        duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        truncation,
+        is_error: *outcome != Outcome::Exited(0),
+        ..BashResult::default()
+    }
+}
+
+/// A byte count as people read it: `512B`, `50.0KB`, `1.0MB`, `2.5GB` (binary multiples).
+///
+/// A value that would round to `1024.0` of a unit is shown in the next unit instead
+/// (1048575 bytes is `1.0MB`, not `1024.0KB`).
+pub fn format_size(bytes: u64) -> String {
+    if bytes < 1024 {
+        return format!("{bytes}B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    for unit in ["KB", "MB"] {
+        if value < 1023.95 {
+            return format!("{value:.1}{unit}");
+        }
+        value /= 1024.0;
+    }
+    format!("{value:.1}GB")
+}
+
+/// `[Showing lines A-B of T (<size> limit). Full: artifact://<id>]`.
+fn truncation_notice(truncation: &Truncation, limit_bytes: u64) -> String {
+    let ShownRange { start, end } = truncation.shown_range;
+    let mut notice = format!(
+        "[Showing lines {start}-{end} of {} ({} limit)",
+        truncation.total_lines,
+        format_size(limit_bytes)
+    );
+    if let Some(id) = truncation.artifact_id {
+        notice.push_str(&format!(". Full: artifact://{id}"));
+    }
+    notice.push(']');
+    notice
+}
+
+/// The sink's range, or, if it gave none, the last `output_lines` lines.
+fn shown_range(sink: &SinkOutput) -> ShownRange {
+    match sink.shown_range {
+        Some((start, end)) => ShownRange { start, end },
+        None => ShownRange {
+            start: sink.total_lines.saturating_sub(sink.output_lines) + 1,
+            end: sink.total_lines,
+        },
+    }
+}
+
+/// Seconds as a person writes them: `300`, `1.5`, `0.25` (to the millisecond).
+fn format_seconds(duration: Duration) -> String {
+    let seconds = duration.as_millis() as f64 / 1000.0;
+    format!("{seconds}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    const LIMIT: u64 = 51200;
+
+    fn sink(text: &str) -> SinkOutput {
+        let lines = if text.is_empty() { 0 } else { text.lines().count() as u64 };
+        SinkOutput {
+            text: text.to_owned(),
+            total_bytes: text.len() as u64,
+            total_lines: lines,
+            output_bytes: text.len() as u64,
+            output_lines: lines,
+            ..SinkOutput::default()
+        }
+    }
+
+    fn truncated(text: &str, artifact_id: Option<u64>) -> SinkOutput {
+        SinkOutput {
+            total_bytes: 588_895,
+            total_lines: 10_000,
+            output_bytes: 51_100,
+            output_lines: 1_000,
+            truncated: true,
+            truncated_by: Some(TruncatedBy::Bytes),
+            shown_range: Some((9_001, 10_000)),
+            artifact_id,
+            ..sink(text)
+        }
+    }
+
+    fn text(sink: SinkOutput, outcome: Outcome) -> String {
+        shape(sink, &outcome, Duration::ZERO, LIMIT).output
+    }
+
+    #[test]
+    fn text_table() {
+        let notice = "[Showing lines 9001-10000 of 10000 (50.0KB limit). Full: artifact://3]";
+        let cases: Vec<(SinkOutput, Outcome, String)> = vec![
+            (sink("hi\n"), Outcome::Exited(0), "hi\n".into()),
+            (sink("hi"), Outcome::Exited(0), "hi".into()),
+            (sink(""), Outcome::Exited(0), "(no output)".into()),
+            (sink("hi\n"), Outcome::Exited(1), "hi\n\nCommand exited with code 1".into()),
+            (sink("hi"), Outcome::Exited(-1), "hi\n\nCommand exited with code -1".into()),
+            (sink(""), Outcome::Exited(127), "(no output)\n\nCommand exited with code 127".into()),
+            (
+                sink("hi\n"),
+                Outcome::MissingExitStatus,
+                "hi\n\nCommand failed: missing exit status".into(),
+            ),
+            (
+                sink("partial\n"),
+                Outcome::TimedOut(Duration::from_secs(300)),
+                "[Command timed out after 300 seconds]\n\npartial\n".into(),
+            ),
+            (
+                sink(""),
+                Outcome::TimedOut(Duration::from_millis(1500)),
+                "[Command timed out after 1.5 seconds]\n\n(no output)".into(),
+            ),
+            (sink("partial"), Outcome::Cancelled, "[Command cancelled]\n\npartial".into()),
+            (truncated("tail\n", Some(3)), Outcome::Exited(0), format!("tail\n\n{notice}")),
+            (
+                truncated("tail\n", None),
+                Outcome::Exited(0),
+                "tail\n\n[Showing lines 9001-10000 of 10000 (50.0KB limit)]".into(),
+            ),
+            (
+                truncated("tail\n", Some(3)),
+                Outcome::Exited(2),
+                format!("tail\n\n{notice}\n\nCommand exited with code 2"),
+            ),
+            (
+                truncated("tail", Some(3)),
+                Outcome::TimedOut(Duration::from_secs(10)),
+                format!("[Command timed out after 10 seconds]\n\ntail\n\n{notice}"),
+            ),
+            (
+                truncated("tail\n", Some(3)),
+                Outcome::Cancelled,
+                format!("[Command cancelled]\n\ntail\n\n{notice}"),
+            ),
+        ];
+        for (sink, outcome, expected) in cases {
+            let input = format!("{:?} / {outcome:?}", sink.text);
+            assert_eq!(text(sink, outcome), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn notice_shows_the_window_limit() {
+        let text = shape(truncated("x", None), &Outcome::Exited(0), Duration::ZERO, 1 << 20).output;
+        assert!(text.ends_with("(1.0MB limit)]"), "{text}");
+    }
+
+    #[test]
+    fn format_size_table() {
+        let cases = [
+            (0, "0B"),
+            (1, "1B"),
+            (1023, "1023B"),
+            (1024, "1.0KB"),
+            (1536, "1.5KB"),
+            (51_200, "50.0KB"),
+            (1_048_575, "1.0MB"),
+            (1_048_576, "1.0MB"),
+            (33_554_432, "32.0MB"),
+            (1_073_741_824, "1.0GB"),
+            (5_905_580_032, "5.5GB"),
+            (1 << 50, "1048576.0GB"),
+        ];
+        for (bytes, expected) in cases {
+            assert_eq!(format_size(bytes), expected, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn flags_follow_the_outcome() {
+        let flags = |outcome: Outcome| {
+            let r = shape(sink("x"), &outcome, Duration::ZERO, LIMIT);
+            (r.exit_code, r.cancelled, r.timed_out, r.is_error)
+        };
+        assert_eq!(flags(Outcome::Exited(0)), (Some(0), false, false, false));
+        assert_eq!(flags(Outcome::Exited(3)), (Some(3), false, false, true));
+        assert_eq!(flags(Outcome::MissingExitStatus), (None, false, false, true));
+        assert_eq!(flags(Outcome::TimedOut(Duration::from_secs(1))), (None, true, true, true));
+        assert_eq!(flags(Outcome::Cancelled), (None, true, false, true));
+    }
+
+    #[test]
+    fn error_results_keep_metadata() {
+        for outcome in [
+            Outcome::Exited(1),
+            Outcome::MissingExitStatus,
+            Outcome::TimedOut(Duration::from_secs(5)),
+            Outcome::Cancelled,
+        ] {
+            let r = shape(truncated("t\n", Some(7)), &outcome, Duration::from_millis(1234), LIMIT);
+            assert!(r.truncated && r.is_error);
+            assert_eq!(r.artifact_id, Some(7));
+            assert_eq!((r.total_lines, r.total_bytes), (10_000, 588_895));
+            assert_eq!((r.output_lines, r.output_bytes), (1_000, 51_100));
+            assert_eq!(r.duration_ms, 1234);
+            assert!(r.output.contains("Full: artifact://7]"), "{}", r.output);
+            assert_eq!(r.truncation.map(|t| t.artifact_id), Some(Some(7)));
+        }
+    }
+
+    #[test]
+    fn json_of_a_plain_success_omits_absent_values() {
+        let r = shape(sink("hi\n"), &Outcome::Exited(0), Duration::from_millis(12), LIMIT);
+        let value = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            value,
+            json!({
+                "output": "hi\n",
+                "exit_code": 0,
+                "cancelled": false,
+                "timed_out": false,
+                "truncated": false,
+                "total_lines": 1,
+                "total_bytes": 3,
+                "output_lines": 1,
+                "output_bytes": 3,
+                "duration_ms": 12,
+                "shell_restarted": false,
+                "is_error": false,
+            })
+        );
+    }
+
+    #[test]
+    fn json_of_a_truncated_timeout() {
+        let mut r = shape(
+            SinkOutput { truncated_by: Some(TruncatedBy::Lines), ..truncated("t\n", Some(3)) },
+            &Outcome::TimedOut(Duration::from_secs(3600)),
+            Duration::from_secs(3600),
+            LIMIT,
+        );
+        r.timeout_clamped_from = Some(7200.0);
+        r.waited_ms = Some(40);
+        r.normalized = Some(json!({"tail": 20}));
+        let value = serde_json::to_value(&r).unwrap();
+        assert_eq!(value.get("exit_code"), None);
+        assert_eq!(value["cancelled"], json!(true));
+        assert_eq!(value["timed_out"], json!(true));
+        assert_eq!(value["artifact_id"], json!(3));
+        assert_eq!(value["timeout_clamped_from"], json!(7200.0));
+        assert_eq!(value["waited_ms"], json!(40));
+        assert_eq!(value["normalized"], json!({"tail": 20}));
+        assert_eq!(value.get("blocked"), None);
+        assert_eq!(
+            value["truncation"],
+            json!({
+                "direction": "tail",
+                "truncated_by": "lines",
+                "shown_range": {"start": 9001, "end": 10000},
+                "total_lines": 10000,
+                "total_bytes": 588895,
+                "output_lines": 1000,
+                "output_bytes": 51100,
+                "artifact_id": 3,
+            })
+        );
+        let without_artifact =
+            shape(truncated("t\n", None), &Outcome::Exited(0), Duration::ZERO, LIMIT);
+        let value = serde_json::to_value(&without_artifact).unwrap();
+        assert_eq!(value.get("artifact_id"), None);
+        assert_eq!(value["truncation"].get("artifact_id"), None);
+    }
+
+    #[test]
+    fn missing_shown_range_falls_back_to_the_tail() {
+        let r = shape(
+            SinkOutput { shown_range: None, ..truncated("t\n", None) },
+            &Outcome::Exited(0),
+            Duration::ZERO,
+            LIMIT,
+        );
+        assert_eq!(
+            r.truncation.map(|t| t.shown_range),
+            Some(ShownRange { start: 9_001, end: 10_000 })
+        );
+    }
+}
