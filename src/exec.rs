@@ -156,7 +156,13 @@ impl Runtime {
         };
         if req.origin == Origin::Tool {
             if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
-                return Ok(result::blocked(block, started.elapsed()));
+                return Ok(BashResult {
+                    output: block.message.clone(),
+                    is_error: true,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    blocked: serde_json::to_value(&block).ok(),
+                    ..Default::default()
+                });
             }
         }
         // §3 validate.
@@ -176,7 +182,7 @@ impl Runtime {
         let mut slot = tokio::select! {
             s = slot.lock_owned() => s,
             _ = cancel.cancelled() => {
-                return Ok(self.shape_unrun(&norm, Outcome::cancelled(), started));
+                return Ok(self.shape_unrun(&norm, Outcome::Cancelled, started));
             }
         };
         let waited = wait_started.elapsed();
@@ -187,7 +193,7 @@ impl Runtime {
                 Ok(sh) => slot.shell = Some(sh),
                 Err(e) => {
                     slot.lost = true;
-                    let mut r = self.shape_unrun(&norm, Outcome::missing(), started);
+                    let mut r = self.shape_unrun(&norm, Outcome::MissingExitStatus, started);
                     r.output = format!("Bash command failed: {e}\n\n{}", r.output);
                     return Ok(r);
                 }
@@ -248,13 +254,13 @@ impl Runtime {
                     Ending::Done(code) | Ending::ShellExited(Some(code)) => {
                         let code =
                             if end.closed_early && code == SIGPIPE_STATUS { 0 } else { code };
-                        Outcome::exited(code)
+                        Outcome::Exited(code)
                     }
-                    Ending::ShellExited(None) => Outcome::missing(),
+                    Ending::ShellExited(None) => Outcome::MissingExitStatus,
                     Ending::TimedOut => {
-                        Outcome::timed_out(timeout.map(|t| t.duration).unwrap_or_default())
+                        Outcome::TimedOut(timeout.map(|t| t.duration).unwrap_or_default())
                     }
-                    Ending::Cancelled => Outcome::cancelled(),
+                    Ending::Cancelled => Outcome::Cancelled,
                 }
             }
             Err(e) => {
@@ -263,14 +269,14 @@ impl Runtime {
                     sh.kill().await;
                 }
                 slot.lost = true;
-                Outcome::missing()
+                Outcome::MissingExitStatus
             }
         };
         slot.last_used = Some(Instant::now());
         drop(slot);
         self.evict_over_limit().await;
 
-        let mut r = result::shape(sink.finish(), &outcome, limits.max_bytes as u64, started.elapsed());
+        let mut r = result::shape(sink.finish(), &outcome, started.elapsed(), limits.max_bytes as u64);
         r.shell_restarted = shell_restarted;
         r.waited_ms = (waited >= Duration::from_millis(1)).then(|| waited.as_millis() as u64);
         r.timeout_clamped_from = timeout.and_then(|t| t.clamped_from);
@@ -285,8 +291,8 @@ impl Runtime {
         result::shape(
             Default::default(),
             &outcome,
-            self.settings.limits.max_bytes as u64,
             started.elapsed(),
+            self.settings.limits.max_bytes as u64,
         )
     }
 

@@ -3,11 +3,10 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::{Origin, Request, Runtime, Settings};
+use crate::exec::{Origin, Request, Settings};
 use crate::{Error, Result};
 
 /// Flags of `agent-bash exec`.
