@@ -1,1 +1,3 @@
 //! Integration suites, one file per area.
+
+mod explain;
