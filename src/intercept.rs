@@ -515,4 +515,15 @@ mod tests {
             ["cd x", "grep -r foo .", "wc -l", "echo 'a && b'", "sleep 1", "cat"]
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn intercept_check_never_panics(command in "(\\PC|[|&;<>()'\"`$\\\\{}#\n -])*") {
+            let interceptor = enabled(None);
+            let offered = tools(ALL_TOOLS);
+            if let Some(block) = interceptor.check(&command, Some(&offered)) {
+                proptest::prop_assert!(block.message.ends_with(&command));
+            }
+        }
+    }
 }

@@ -162,18 +162,18 @@ fn redirects_stdout(op: &str) -> bool {
 pub fn apply_head_tail(text: &str, head: Option<usize>, tail: Option<usize>) -> String {
     let mut kept = text;
     if let Some(head) = head {
-        kept = match kept.match_indices('\n').nth(head.wrapping_sub(1)) {
-            _ if head == 0 => "",
-            Some((n, _)) => &kept[..=n],
-            None => kept,
+        kept = match head.checked_sub(1) {
+            None => "",
+            // Cut after the head-th newline; fewer newlines means the text is not longer.
+            Some(nth) => kept.match_indices('\n').nth(nth).map_or(kept, |(n, _)| &kept[..=n]),
         };
     }
     if let Some(tail) = tail {
+        // A final newline ends the last line; it does not start another one.
         let body = kept.strip_suffix('\n').unwrap_or(kept);
-        kept = match body.rmatch_indices('\n').nth(tail.wrapping_sub(1)) {
-            _ if tail == 0 => "",
-            Some((n, _)) => &kept[n + 1..],
-            None => kept,
+        kept = match tail.checked_sub(1) {
+            None => "",
+            Some(nth) => body.rmatch_indices('\n').nth(nth).map_or(kept, |(n, _)| &kept[n + 1..]),
         };
     }
     kept.to_string()

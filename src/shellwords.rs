@@ -79,6 +79,7 @@ pub fn tokenize(src: &str) -> Vec<Token> {
         s: src.as_bytes(),
         i: 0,
         nest: 0,
+        depth: 0,
         tokens: Vec::new(),
         heredoc_op: None,
         pending: Vec::new(),
@@ -95,6 +96,8 @@ pub struct SimpleCommand<'a> {
     pub span: Range<usize>,
     /// The command's tokens (words and redirections; spans index the whole source).
     pub tokens: Vec<Token>,
+    /// Whether the command is a later stage of a pipeline (its stdin is the previous stage).
+    pub piped: bool,
 }
 
 impl<'a> SimpleCommand<'a> {
@@ -144,31 +147,33 @@ const RESERVED_PREFIXES: &[&str] =
 pub fn simple_commands(src: &str) -> Vec<SimpleCommand<'_>> {
     let mut out = Vec::new();
     let mut current: Vec<Token> = Vec::new();
-    let mut flush = |current: &mut Vec<Token>| {
+    let mut piped = false;
+    let mut flush = |current: &mut Vec<Token>, piped: bool| {
         let first = current
             .iter()
             .position(|t| !(t.kind == TokenKind::Word && RESERVED_PREFIXES.contains(&t.text(src))));
         if let Some(first) = first {
             let tokens: Vec<Token> = current.split_off(first);
             if let (Some(a), Some(b)) = (tokens.first(), tokens.last()) {
-                out.push(SimpleCommand { src, span: a.start..b.end, tokens });
+                out.push(SimpleCommand { src, span: a.start..b.end, tokens, piped });
             }
         }
         current.clear();
     };
     for token in tokenize(src) {
-        if token.is_op() {
-            flush(&mut current);
+        if let TokenKind::Op(op) = token.kind {
+            flush(&mut current, piped);
+            piped = matches!(op, Op::Pipe | Op::PipeAmp);
         } else {
             current.push(token);
         }
     }
-    flush(&mut current);
+    flush(&mut current, piped);
     out
 }
 
-/// Substitutions nested deeper than this are not scanned further: the rest of the input becomes
-/// part of the current word. Keeps adversarial input from exhausting the stack.
+/// Substitutions and `${…}` nested deeper than this are not scanned further: the rest of the
+/// input becomes part of the current word. Keeps adversarial input from exhausting the stack.
 const MAX_NEST: usize = 64;
 
 /// A heredoc whose body starts after the next top-level newline.
@@ -183,6 +188,8 @@ struct Scanner<'a> {
     i: usize,
     /// How many substitutions deep we are; tokens are only recorded at 0.
     nest: usize,
+    /// How many substitutions and `${…}` deep we are (the recursion depth).
+    depth: usize,
     tokens: Vec<Token>,
     /// Set after `<<` / `<<-`: the next word is a heredoc delimiter (`true` for `<<-`).
     heredoc_op: Option<bool>,
@@ -386,17 +393,29 @@ impl Scanner<'_> {
 
     /// After `$(`, `<(` or `>(`: scans nested commands until the matching `)`.
     fn substitution(&mut self) {
-        if self.nest >= MAX_NEST {
+        if self.depth >= MAX_NEST {
             self.i = self.s.len();
             return;
         }
+        self.depth += 1;
         self.nest += 1;
         self.run();
         self.nest -= 1;
+        self.depth -= 1;
     }
 
     /// After `${`: skips to the matching `}`.
     fn braces(&mut self) {
+        if self.depth >= MAX_NEST {
+            self.i = self.s.len();
+            return;
+        }
+        self.depth += 1;
+        self.braces_inner();
+        self.depth -= 1;
+    }
+
+    fn braces_inner(&mut self) {
         let mut depth = 1usize;
         while let Some(c) = self.peek(0) {
             match c {
@@ -510,8 +529,37 @@ mod tests {
         let src = "cd x && grep -r foo . | wc -l; if cat f; then echo \"a;b\" > o; fi\n(ls)";
         let got: Vec<&str> = simple_commands(src).iter().map(SimpleCommand::text).collect();
         assert_eq!(got, ["cd x", "grep -r foo .", "wc -l", "cat f", "echo \"a;b\" > o", "ls"]);
+        let piped: Vec<bool> = simple_commands(src).iter().map(|c| c.piped).collect();
+        assert_eq!(piped, [false, false, true, false, false, false]);
         let cmds = simple_commands("echo hi 2>&1 >out x");
         assert_eq!(cmds[0].argv(), ["echo", "hi", "x"]);
         assert_eq!(cmds[0].redirects(), [("2>&", "1"), (">", "out")]);
+    }
+
+    #[test]
+    fn shellwords_deep_nesting_does_not_overflow() {
+        for unit in ["$(", "\"${", "${\"$(", "<(", "`$(", "$((", "\"$(\""] {
+            let src = format!("echo {} | head -5", unit.repeat(50_000));
+            let tokens = tokenize(&src);
+            assert_eq!(tokens.len(), 2, "{unit}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Spans are in order, never overlap, and always fall on character boundaries, so
+        /// callers can slice with them.
+        #[test]
+        fn shellwords_spans_are_sound(src in "(\\PC|[|&;<>()'\"`$\\\\{}#\n ])*") {
+            let tokens = tokenize(&src);
+            let mut last_end = 0;
+            for token in &tokens {
+                proptest::prop_assert!(last_end <= token.start && token.start < token.end);
+                proptest::prop_assert!(src.get(token.start..token.end).is_some());
+                last_end = token.end;
+            }
+            for command in simple_commands(&src) {
+                proptest::prop_assert!(!command.text().is_empty());
+            }
+        }
     }
 }
