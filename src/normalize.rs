@@ -36,15 +36,21 @@ pub fn normalize(command: &str, head: Option<usize>, tail: Option<usize>) -> Nor
     let mut stage_removed = false;
     loop {
         let tokens = shellwords::tokenize(current);
-        if let Some(cut) = trailing_stderr_dup(current, &tokens) {
-            rewrites.push(Rewrite { removed: current[cut..].to_string(), head: None, tail: None });
-            current = current[..cut].trim_end();
+        // Cuts end at the previous token rather than trimming, so an escaped trailing space
+        // (`echo a\ | head -5`) stays and a line continuation before the cut goes.
+        if let Some((cut, removed)) = trailing_stderr_dup(current, &tokens) {
+            rewrites.push(Rewrite {
+                removed: current[removed..].to_string(),
+                head: None,
+                tail: None,
+            });
+            current = &current[..cut];
             continue;
         }
         if !stage_removed {
             if let Some((cut, rewrite)) = trailing_head_tail(current, &tokens) {
                 rewrites.push(rewrite);
-                current = current[..cut].trim_end();
+                current = &current[..cut];
                 stage_removed = true;
                 continue;
             }
@@ -62,7 +68,7 @@ pub fn normalize(command: &str, head: Option<usize>, tail: Option<usize>) -> Nor
 }
 
 /// Finds a last pipeline stage `| head -n N` (or `-nN`, `-N`; same for `tail`) that ends the
-/// command; returns where to cut and the rewrite to report.
+/// command; returns where the remaining command ends and the rewrite to report.
 fn trailing_head_tail(src: &str, tokens: &[Token]) -> Option<(usize, Rewrite)> {
     let pipe = tokens.iter().rposition(Token::is_op)?;
     let stage = &tokens[pipe + 1..];
@@ -85,7 +91,7 @@ fn trailing_head_tail(src: &str, tokens: &[Token]) -> Option<(usize, Rewrite)> {
     };
     let count = line_count(count)?;
     let removed = src[tokens[pipe].start..].to_string();
-    let cut = tokens[pipe].start;
+    let cut = tokens[pipe - 1].end;
     match name {
         "head" => Some((cut, Rewrite { removed, head: Some(count), tail: None })),
         "tail" => Some((cut, Rewrite { removed, head: None, tail: Some(count) })),
@@ -103,12 +109,13 @@ fn line_count(text: &str) -> Option<usize> {
 }
 
 /// Finds a trailing top-level `2>&1` that changes nothing, because stdout and stderr of the
-/// command already go to the same pipe; returns where to cut.
+/// command already go to the same pipe; returns where the remaining command ends and where the
+/// removed text starts.
 ///
 /// It is kept when the same simple command redirects stdout earlier (`cmd > f 2>&1` sends
 /// stderr into `f`), when it is all there is to the command, and after `exec` (where it would
 /// change the shell session for good).
-fn trailing_stderr_dup(src: &str, tokens: &[Token]) -> Option<usize> {
+fn trailing_stderr_dup(src: &str, tokens: &[Token]) -> Option<(usize, usize)> {
     let [.., dup, one] = tokens else { return None };
     if dup.kind != TokenKind::Redirect
         || dup.text(src) != "2>&"
@@ -140,7 +147,7 @@ fn trailing_stderr_dup(src: &str, tokens: &[Token]) -> Option<usize> {
     if before.iter().any(|t| t.kind == TokenKind::Redirect && redirects_stdout(t.text(src))) {
         return None;
     }
-    Some(dup.start)
+    Some((before.last()?.end, dup.start))
 }
 
 /// Whether a redirection operator (with its fd prefix) points stdout somewhere else.
@@ -206,6 +213,9 @@ mod tests {
         ("dmesg | tail -n3", None, None, "dmesg", None, Some(3), &["| tail -n3"]),
         ("git log   |   head -n 10", None, None, "git log", Some(10), None, &["|   head -n 10"]),
         ("ls|head -5", None, None, "ls", Some(5), None, &["|head -5"]),
+        ("ls \\\n  | head -5", None, None, "ls", Some(5), None, &["| head -5"]),
+        ("echo a\\  | head -5", None, None, "echo a\\ ", Some(5), None, &["| head -5"]),
+        ("make \\\n 2>&1", None, None, "make", None, None, &["2>&1"]),
         ("  ls -la | head -n 50  \n", None, None, "ls -la", Some(50), None, &["| head -n 50"]),
         ("a | head -5 | tail -2", None, None, "a | head -5", None, Some(2), &["| tail -2"]),
         ("(cd x && ls) | tail -3", None, None, "(cd x && ls)", None, Some(3), &["| tail -3"]),
