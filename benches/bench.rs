@@ -42,7 +42,9 @@ fn gen_files(dir: &Path, size: usize) -> Vec<(&'static str, PathBuf)> {
     let mut n = 0usize;
     let mut i = 0u64;
     while n < size {
-        let line = format!("{i:>8} the quick brown fox jumps over the lazy dog, lorem ipsum dolor sit amet\n");
+        let line = format!(
+            "{i:>8} the quick brown fox jumps over the lazy dog, lorem ipsum dolor sit amet\n"
+        );
         f.write_all(line.as_bytes()).unwrap();
         n += line.len();
         i += 1;
@@ -121,7 +123,8 @@ impl RpcProc {
     fn start() -> RpcProc {
         let state = tempfile::tempdir().unwrap();
         let cfg = state.path().join("c.toml");
-        std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap())).unwrap();
+        std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap()))
+            .unwrap();
         let mut child = Command::new(BIN)
             .arg("--log-file")
             .arg(state.path().join("log"))
@@ -186,7 +189,13 @@ fn bench_rpc(runs: usize) {
             base.push(time_cmd(Command::new(base_argv[0]).args(&base_argv[1..])));
         }
         let (o, b) = (median(ours), median(base));
-        row(&format!("`{cmd}`"), format!("{:.3} ms", o.as_secs_f64() * 1e3), format!("{:.3} ms", b.as_secs_f64() * 1e3), o.as_secs_f64() / b.as_secs_f64(), goal);
+        row(
+            &format!("`{cmd}`"),
+            format!("{:.3} ms", o.as_secs_f64() * 1e3),
+            format!("{:.3} ms", b.as_secs_f64() * 1e3),
+            o.as_secs_f64() / b.as_secs_f64(),
+            goal,
+        );
     }
 }
 
@@ -204,12 +213,24 @@ fn bench_exec(runs: usize) {
     for _ in 0..runs {
         base.push(time_cmd(Command::new("bash").arg("-c").arg(format!("{pipeline} > /dev/null"))));
         ours.push(time_cmd(
-            Command::new(BIN).arg("--log-file").arg(state.path().join("log")).args(["exec", "--config"]).arg(&cfg).arg("--").arg(&pipeline),
+            Command::new(BIN)
+                .arg("--log-file")
+                .arg(state.path().join("log"))
+                .args(["exec", "--config"])
+                .arg(&cfg)
+                .arg("--")
+                .arg(&pipeline),
         ));
     }
     let (o, b) = (median(ours), median(base));
     let bytes = mb << 20;
-    row("`yes … | head -c`", format!("{:.0} MB/s", mbps(bytes, o)), format!("{:.0} MB/s", mbps(bytes, b)), b.as_secs_f64() / o.as_secs_f64(), "≥ 0.8×");
+    row(
+        "`yes … | head -c`",
+        format!("{:.0} MB/s", mbps(bytes, o)),
+        format!("{:.0} MB/s", mbps(bytes, b)),
+        b.as_secs_f64() / o.as_secs_f64(),
+        "≥ 0.8×",
+    );
 }
 
 /// Peak RSS (KiB) of a child, from wait4's rusage.
@@ -270,7 +291,9 @@ fn bench_abort(runs: usize) {
     let mut lat = Vec::new();
     for i in 0..runs {
         let id = format!("s{i}");
-        rpc.send(&format!("{{\"id\":\"{id}\",\"type\":\"bash\",\"command\":\"echo go; sleep 100\"}}"));
+        rpc.send(&format!(
+            "{{\"id\":\"{id}\",\"type\":\"bash\",\"command\":\"echo go; sleep 100\"}}"
+        ));
         std::thread::sleep(Duration::from_millis(30));
         let t = Instant::now();
         rpc.send(&format!("{{\"id\":\"a{i}\",\"type\":\"abort_bash\"}}"));
@@ -278,13 +301,19 @@ fn bench_abort(runs: usize) {
         lat.push(t.elapsed());
         assert!(line.contains("\"cancelled\":true"), "{line}");
     }
-    println!("| abort → response, tree gone | {:.2} ms | ≤ 5 ms |", median(lat).as_secs_f64() * 1e3);
+    println!(
+        "| abort → response, tree gone | {:.2} ms | ≤ 5 ms |",
+        median(lat).as_secs_f64() * 1e3
+    );
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
-    println!("## agent-bash benchmarks ({} cores)", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "## agent-bash benchmarks ({} cores)",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
     if want("sink") {
         bench_sink(15);
     }

@@ -276,7 +276,8 @@ impl Runtime {
         drop(slot);
         self.evict_over_limit().await;
 
-        let mut r = result::shape(sink.finish(), &outcome, started.elapsed(), limits.max_bytes as u64);
+        let mut r =
+            result::shape(sink.finish(), &outcome, started.elapsed(), limits.max_bytes as u64);
         r.shell_restarted = shell_restarted;
         r.waited_ms = (waited >= Duration::from_millis(1)).then(|| waited.as_millis() as u64);
         r.timeout_clamped_from = timeout.and_then(|t| t.clamped_from);
@@ -313,11 +314,10 @@ impl Runtime {
         let dir = cfg.runtime_dir.clone();
         let owner = cfg.owner.clone();
         let snaps = self.snapshots.clone();
-        cfg.snapshot =
-            tokio::task::spawn_blocking(move || snaps.get(&shell, &env, &dir, &owner))
-                .await
-                .ok()
-                .flatten();
+        cfg.snapshot = tokio::task::spawn_blocking(move || snaps.get(&shell, &env, &dir, &owner))
+            .await
+            .ok()
+            .flatten();
         Shell::spawn(&cfg).await
     }
 

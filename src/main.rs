@@ -8,7 +8,11 @@ use agent_bash::exec::procs;
 use agent_bash::mode;
 
 #[derive(Debug, Parser)]
-#[command(name = "agent-bash", version, about = "Runs shell commands for coding agents and for you")]
+#[command(
+    name = "agent-bash",
+    version,
+    about = "Runs shell commands for coding agents and for you"
+)]
 struct Cli {
     /// Log file (default: `$AGENT_BASH_LOG`, else `<state dir>/agent-bash/agent-bash.log`).
     #[arg(long, global = true)]
@@ -52,7 +56,9 @@ fn init_logging(path: Option<PathBuf>) {
 }
 
 /// Runs an async mode on a multi-threaded runtime, as a subreaper with a watchdog.
-fn run_async<F: std::future::Future<Output = agent_bash::Result<i32>>>(f: F) -> anyhow::Result<i32> {
+fn run_async<F: std::future::Future<Output = agent_bash::Result<i32>>>(
+    f: F,
+) -> anyhow::Result<i32> {
     procs::become_subreaper();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let code = rt.block_on(async {

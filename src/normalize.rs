@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::shellwords::{self, Op, Token, TokenKind};
+
 /// One rewrite made to the command, reported in result metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rewrite {
@@ -23,14 +25,432 @@ pub struct Normalized {
 }
 
 /// Normalizes `command`; explicit `head` / `tail` override the extracted value of the same kind.
+///
+/// Rewrites are made only at the end of the command and only at top level of the shell syntax
+/// (see [`shellwords`]), so the result is always a prefix of the trimmed command. At most one
+/// `| head` / `| tail` stage is removed; a redundant trailing `2>&1` is removed whenever it
+/// becomes the end, before or after that stage (`cmd 2>&1 | head -n 5` → `cmd`, head 5).
 pub fn normalize(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
-    let _ = (command, head, tail);
-    todo!("issue 2")
+    let mut current = command.trim();
+    let mut rewrites = Vec::new();
+    let mut stage_removed = false;
+    loop {
+        let tokens = shellwords::tokenize(current);
+        // Cuts end at the previous token rather than trimming, so an escaped trailing space
+        // (`echo a\ | head -5`) stays and a line continuation before the cut goes.
+        if let Some((cut, removed)) = trailing_stderr_dup(current, &tokens) {
+            rewrites.push(Rewrite {
+                removed: current[removed..].to_string(),
+                head: None,
+                tail: None,
+            });
+            current = &current[..cut];
+            continue;
+        }
+        if !stage_removed {
+            if let Some((cut, rewrite)) = trailing_head_tail(current, &tokens) {
+                rewrites.push(rewrite);
+                current = &current[..cut];
+                stage_removed = true;
+                continue;
+            }
+        }
+        break;
+    }
+    let extracted_head = rewrites.iter().find_map(|r| r.head);
+    let extracted_tail = rewrites.iter().find_map(|r| r.tail);
+    Normalized {
+        command: current.to_string(),
+        head: head.or(extracted_head),
+        tail: tail.or(extracted_tail),
+        rewrites,
+    }
+}
+
+/// Finds a last pipeline stage `| head -n N` (or `-nN`, `-N`; same for `tail`) that ends the
+/// command; returns where the remaining command ends and the rewrite to report.
+fn trailing_head_tail(src: &str, tokens: &[Token]) -> Option<(usize, Rewrite)> {
+    let pipe = tokens.iter().rposition(Token::is_op)?;
+    let stage = &tokens[pipe + 1..];
+    // Something must come before the pipe, and nothing (a comment, a heredoc body) after the
+    // stage: stripping must never change what the shell would read.
+    if pipe == 0 || tokens[pipe].kind != TokenKind::Op(Op::Pipe) || stage.last()?.end != src.len() {
+        return None;
+    }
+    if matches!(tokens[pipe - 1].kind, TokenKind::Op(op) if op != Op::RParen) {
+        return None;
+    }
+    if stage.iter().any(|t| t.kind != TokenKind::Word) {
+        return None;
+    }
+    let words: Vec<&str> = stage.iter().map(|t| t.text(src)).collect();
+    let (name, count) = match words.as_slice() {
+        [name, "-n", n] => (*name, *n),
+        [name, opt] => (*name, opt.strip_prefix("-n").or_else(|| opt.strip_prefix('-'))?),
+        _ => return None,
+    };
+    let count = line_count(count)?;
+    let removed = src[tokens[pipe].start..].to_string();
+    let cut = tokens[pipe - 1].end;
+    match name {
+        "head" => Some((cut, Rewrite { removed, head: Some(count), tail: None })),
+        "tail" => Some((cut, Rewrite { removed, head: None, tail: Some(count) })),
+        _ => None,
+    }
+}
+
+/// A positive decimal line count. `0` is refused: `head -0` means "no lines", which as a limit
+/// would hide everything, and the reference's "0 = no limit" would change what the command does.
+fn line_count(text: &str) -> Option<usize> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok().filter(|&n| n > 0)
+}
+
+/// Finds a trailing top-level `2>&1` that changes nothing, because stdout and stderr of the
+/// command already go to the same pipe; returns where the remaining command ends and where the
+/// removed text starts.
+///
+/// It is kept when the same simple command redirects stdout earlier (`cmd > f 2>&1` sends
+/// stderr into `f`), when it is all there is to the command, and after `exec` (where it would
+/// change the shell session for good).
+fn trailing_stderr_dup(src: &str, tokens: &[Token]) -> Option<(usize, usize)> {
+    let [.., dup, one] = tokens else { return None };
+    if dup.kind != TokenKind::Redirect
+        || dup.text(src) != "2>&"
+        || one.kind != TokenKind::Word
+        || one.text(src) != "1"
+        || one.end != src.len()
+    {
+        return None;
+    }
+    let command_start = tokens.iter().rposition(Token::is_op).map_or(0, |n| n + 1);
+    let before = &tokens[command_start..tokens.len() - 2];
+    // The command name: the first word that is not a redirection target. Without one (a line
+    // of bare redirections) the line is left as the user wrote it.
+    let mut after_redirect = false;
+    let name = before.iter().find_map(|t| match t.kind {
+        TokenKind::Redirect => {
+            after_redirect = true;
+            None
+        }
+        TokenKind::Word if after_redirect => {
+            after_redirect = false;
+            None
+        }
+        _ => Some(t.text(src)),
+    })?;
+    if name == "exec" {
+        return None;
+    }
+    if before.iter().any(|t| t.kind == TokenKind::Redirect && redirects_stdout(t.text(src))) {
+        return None;
+    }
+    Some((before.last()?.end, dup.start))
+}
+
+/// Whether a redirection operator (with its fd prefix) points stdout somewhere else.
+fn redirects_stdout(op: &str) -> bool {
+    let fd = op.trim_end_matches(|c: char| !c.is_ascii_digit());
+    let op = &op[fd.len()..];
+    if op.starts_with("&>") {
+        return true;
+    }
+    op.starts_with('>') && (fd.is_empty() || fd == "1")
 }
 
 /// Applies head first, then tail, to `text` (lines as a person sees them). A limit is a no-op
 /// when the text is not longer. `tail = N` on text ending in a newline gives N real lines.
+///
+/// A line is its content plus its `\n` (the last one may lack it), so `"a\n"` is one line, `"a\nb"`
+/// two and `""` none. Kept lines keep their newlines: the result is byte for byte what
+/// `printf '%s' "$text" | head -n H | tail -n T` prints.
 pub fn apply_head_tail(text: &str, head: Option<usize>, tail: Option<usize>) -> String {
-    let _ = (text, head, tail);
-    todo!("issue 2")
+    let mut kept = text;
+    if let Some(head) = head {
+        kept = match head.checked_sub(1) {
+            None => "",
+            // Cut after the head-th newline; fewer newlines means the text is not longer.
+            Some(nth) => kept.match_indices('\n').nth(nth).map_or(kept, |(n, _)| &kept[..=n]),
+        };
+    }
+    if let Some(tail) = tail {
+        // A final newline ends the last line; it does not start another one.
+        let body = kept.strip_suffix('\n').unwrap_or(kept);
+        kept = match tail.checked_sub(1) {
+            None => "",
+            Some(nth) => body.rmatch_indices('\n').nth(nth).map_or(kept, |(n, _)| &kept[n + 1..]),
+        };
+    }
+    kept.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use proptest::prelude::*;
+
+    /// (input, explicit head, explicit tail) → (command, head, tail, removed texts)
+    type Case = (
+        &'static str,
+        Option<usize>,
+        Option<usize>,
+        &'static str,
+        Option<usize>,
+        Option<usize>,
+        &'static [&'static str],
+    );
+
+    const CASES: &[Case] = &[
+        // Extraction (SPEC §1 and the acceptance table).
+        ("ls -la | head -n 50", None, None, "ls -la", Some(50), None, &["| head -n 50"]),
+        ("ls -la | head -20", None, None, "ls -la", Some(20), None, &["| head -20"]),
+        ("ls | head -n7", None, None, "ls", Some(7), None, &["| head -n7"]),
+        ("dmesg | tail -n 100", None, None, "dmesg", None, Some(100), &["| tail -n 100"]),
+        ("dmesg | tail -50", None, None, "dmesg", None, Some(50), &["| tail -50"]),
+        ("dmesg | tail -n3", None, None, "dmesg", None, Some(3), &["| tail -n3"]),
+        ("git log   |   head -n 10", None, None, "git log", Some(10), None, &["|   head -n 10"]),
+        ("ls|head -5", None, None, "ls", Some(5), None, &["|head -5"]),
+        ("ls \\\n  | head -5", None, None, "ls", Some(5), None, &["| head -5"]),
+        ("echo a\\  | head -5", None, None, "echo a\\ ", Some(5), None, &["| head -5"]),
+        ("make \\\n 2>&1", None, None, "make", None, None, &["2>&1"]),
+        ("  ls -la | head -n 50  \n", None, None, "ls -la", Some(50), None, &["| head -n 50"]),
+        ("a | head -5 | tail -2", None, None, "a | head -5", None, Some(2), &["| tail -2"]),
+        ("(cd x && ls) | tail -3", None, None, "(cd x && ls)", None, Some(3), &["| tail -3"]),
+        ("{ a; b; } | head -4", None, None, "{ a; b; }", Some(4), None, &["| head -4"]),
+        // Explicit limits override only their own kind.
+        ("ls | head -n 50", Some(5), None, "ls", Some(5), None, &["| head -n 50"]),
+        ("ls | head -n 50", None, Some(7), "ls", Some(50), Some(7), &["| head -n 50"]),
+        ("ls | tail -n 50", None, Some(7), "ls", None, Some(7), &["| tail -n 50"]),
+        ("git status", Some(3), Some(4), "git status", Some(3), Some(4), &[]),
+        // Left alone.
+        (
+            "cat file | head -n 10 | grep foo",
+            None,
+            None,
+            "cat file | head -n 10 | grep foo",
+            None,
+            None,
+            &[],
+        ),
+        ("cat file | head", None, None, "cat file | head", None, None, &[]),
+        ("x | head -c 100", None, None, "x | head -c 100", None, None, &[]),
+        ("x | head -c100", None, None, "x | head -c100", None, None, &[]),
+        ("x | head --lines=5", None, None, "x | head --lines=5", None, None, &[]),
+        ("x | tail -n +5", None, None, "x | tail -n +5", None, None, &[]),
+        ("x | head -n 5 file", None, None, "x | head -n 5 file", None, None, &[]),
+        ("x | head -0", None, None, "x | head -0", None, None, &[]),
+        ("x | tail -n 0", None, None, "x | tail -n 0", None, None, &[]),
+        ("x |& tail -n 5", None, None, "x |& tail -n 5", None, None, &[]),
+        ("x || tail -n 5", None, None, "x || tail -n 5", None, None, &[]),
+        ("x && tail -n 5", None, None, "x && tail -n 5", None, None, &[]),
+        ("x; head -n 5", None, None, "x; head -n 5", None, None, &[]),
+        ("| head -n 5", None, None, "| head -n 5", None, None, &[]),
+        ("head -n 5 f", None, None, "head -n 5 f", None, None, &[]),
+        ("x | head -n 5 &", None, None, "x | head -n 5 &", None, None, &[]),
+        ("x | head -n 5 # first five", None, None, "x | head -n 5 # first five", None, None, &[]),
+        ("x | \"head\" -5", None, None, "x | \"head\" -5", None, None, &[]),
+        (
+            "x | head -n 99999999999999999999999",
+            None,
+            None,
+            "x | head -n 99999999999999999999999",
+            None,
+            None,
+            &[],
+        ),
+        ("git status", None, None, "git status", None, None, &[]),
+        ("echo \"a | head -n 5\"", None, None, "echo \"a | head -n 5\"", None, None, &[]),
+        ("echo 'a | tail -3'", None, None, "echo 'a | tail -3'", None, None, &[]),
+        ("echo \"a\t|  head -n 5\"", None, None, "echo \"a\t|  head -n 5\"", None, None, &[]),
+        ("echo $(ls | head -n 5)", None, None, "echo $(ls | head -n 5)", None, None, &[]),
+        ("echo `ls | head -n 5`", None, None, "echo `ls | head -n 5`", None, None, &[]),
+        ("echo ${x:-| head -5}", None, None, "echo ${x:-| head -5}", None, None, &[]),
+        ("ls # | head -5", None, None, "ls # | head -5", None, None, &[]),
+        (
+            "cat <<EOF\n  a | head -5\nEOF",
+            None,
+            None,
+            "cat <<EOF\n  a | head -5\nEOF",
+            None,
+            None,
+            &[],
+        ),
+        (
+            "cat <<EOF | head -5\n\tindented\n    body\nEOF",
+            None,
+            None,
+            "cat <<EOF | head -5\n\tindented\n    body\nEOF",
+            None,
+            None,
+            &[],
+        ),
+        ("printf 'a\\tb'  \t  | wc", None, None, "printf 'a\\tb'  \t  | wc", None, None, &[]),
+        // `2>&1`.
+        ("make 2>&1", None, None, "make", None, None, &["2>&1"]),
+        ("make 2>&1 | head -n 5", None, None, "make", Some(5), None, &["| head -n 5", "2>&1"]),
+        (
+            "make 2>&1 | tail -n 5 2>&1",
+            None,
+            None,
+            "make",
+            None,
+            Some(5),
+            &["2>&1", "| tail -n 5", "2>&1"],
+        ),
+        ("a && make 2>&1", None, None, "a && make", None, None, &["2>&1"]),
+        ("make 2>&1 | grep error", None, None, "make 2>&1 | grep error", None, None, &[]),
+        ("make > log 2>&1", None, None, "make > log 2>&1", None, None, &[]),
+        ("make &>log 2>&1", None, None, "make &>log 2>&1", None, None, &[]),
+        ("make 1>log 2>&1", None, None, "make 1>log 2>&1", None, None, &[]),
+        ("make 2>/dev/null 2>&1", None, None, "make 2>/dev/null", None, None, &["2>&1"]),
+        ("exec 2>&1", None, None, "exec 2>&1", None, None, &[]),
+        ("2>&1", None, None, "2>&1", None, None, &[]),
+        ("make 2>&1 # all", None, None, "make 2>&1 # all", None, None, &[]),
+        ("echo '2>&1'", None, None, "echo '2>&1'", None, None, &[]),
+        ("make 2> &1", None, None, "make 2> &1", None, None, &[]),
+    ];
+
+    #[test]
+    fn normalize_table() {
+        for &(input, head, tail, command, want_head, want_tail, removed) in CASES {
+            let got = normalize(input, head, tail);
+            let got_removed: Vec<&str> = got.rewrites.iter().map(|r| r.removed.as_str()).collect();
+            assert_eq!(
+                (got.command.as_str(), got.head, got.tail, got_removed),
+                (command, want_head, want_tail, removed.to_vec()),
+                "input {input:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn normalize_reports_counts_per_rewrite() {
+        let got = normalize("make 2>&1 | head -n 5", None, Some(9));
+        assert_eq!(
+            got.rewrites,
+            vec![
+                Rewrite { removed: "| head -n 5".into(), head: Some(5), tail: None },
+                Rewrite { removed: "2>&1".into(), head: None, tail: None },
+            ]
+        );
+        assert_eq!(
+            serde_json::to_value(&got.rewrites[0]).ok(),
+            Some(serde_json::json!({"removed": "| head -n 5", "head": 5}))
+        );
+    }
+
+    const TEXT: &str = "line1\nline2\nline3\nline4\nline5";
+
+    #[test]
+    fn apply_head_tail_table() {
+        let cases: &[(&str, Option<usize>, Option<usize>, &str)] = &[
+            (TEXT, Some(2), None, "line1\nline2\n"),
+            (TEXT, None, Some(2), "line4\nline5"),
+            (TEXT, Some(4), Some(2), "line3\nline4\n"),
+            // No-ops.
+            (TEXT, Some(5), None, TEXT),
+            (TEXT, Some(10), None, TEXT),
+            (TEXT, None, Some(5), TEXT),
+            (TEXT, None, Some(10), TEXT),
+            (TEXT, None, None, TEXT),
+            (TEXT, Some(5), Some(5), TEXT),
+            (TEXT, Some(50), Some(50), TEXT),
+            // Lines as a person sees them.
+            ("a\nb\nc\n", None, Some(2), "b\nc\n"),
+            ("a\nb\nc\n", None, Some(3), "a\nb\nc\n"),
+            ("a\nb\nc\n", Some(2), None, "a\nb\n"),
+            ("a\nb\nc\n", Some(3), None, "a\nb\nc\n"),
+            ("a\n", None, Some(1), "a\n"),
+            ("a\n", Some(1), None, "a\n"),
+            ("a\nb", None, Some(1), "b"),
+            ("", Some(1), Some(1), ""),
+            ("\n\n\n", None, Some(2), "\n\n"),
+            ("a\nb\nc\n", Some(0), None, ""),
+            ("a\nb\nc\n", None, Some(0), ""),
+        ];
+        for &(text, head, tail, want) in cases {
+            assert_eq!(
+                apply_head_tail(text, head, tail),
+                want,
+                "{text:?} head {head:?} tail {tail:?}"
+            );
+        }
+    }
+
+    /// Shell-flavoured strings, so the scanner's corners get exercised, not just random bytes.
+    fn shellish() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("|"),
+            Just("||"),
+            Just("|&"),
+            Just("&"),
+            Just(";"),
+            Just("\n"),
+            Just(" "),
+            Just("\t"),
+            Just("head"),
+            Just("tail"),
+            Just("-n"),
+            Just("5"),
+            Just("-3"),
+            Just("2>&1"),
+            Just(">"),
+            Just("'"),
+            Just("\""),
+            Just("`"),
+            Just("$("),
+            Just(")"),
+            Just("("),
+            Just("${"),
+            Just("}"),
+            Just("\\"),
+            Just("#"),
+            Just("<<"),
+            Just("<<-"),
+            Just("EOF"),
+            Just("cat"),
+            Just("é"),
+        ];
+        proptest::collection::vec(piece, 0..24).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn normalize_only_cuts_the_end(input in prop_oneof![shellish(), any::<String>()]) {
+            let got = normalize(&input, None, None);
+            let trimmed = input.trim();
+            prop_assert!(trimmed.starts_with(&got.command));
+            prop_assert_eq!(got.rewrites.is_empty(), got.command == trimmed);
+            prop_assert!(got.rewrites.iter().filter(|r| r.removed != "2>&1").count() <= 1);
+        }
+
+        #[test]
+        fn normalize_is_stable_when_nothing_was_removed(input in shellish()) {
+            let once = normalize(&input, None, None);
+            if once.rewrites.is_empty() {
+                prop_assert_eq!(normalize(&once.command, None, None), once);
+            }
+        }
+
+        #[test]
+        fn apply_head_tail_keeps_whole_lines(
+            lines in proptest::collection::vec("[a-z]{0,3}", 0..12),
+            newline_at_end in any::<bool>(),
+            head in proptest::option::of(0usize..14),
+            tail in proptest::option::of(0usize..14),
+        ) {
+            let mut text = lines.join("\n");
+            if newline_at_end && !lines.is_empty() {
+                text.push('\n');
+            }
+            let got = apply_head_tail(&text, head, tail);
+            let count = |t: &str| t.split_inclusive('\n').count();
+            let want = count(&text).min(head.unwrap_or(usize::MAX)).min(tail.unwrap_or(usize::MAX));
+            prop_assert_eq!(count(&got), want);
+            prop_assert!(text.contains(&got));
+        }
+    }
 }

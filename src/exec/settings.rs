@@ -136,7 +136,11 @@ pub fn split_words(s: &str) -> Result<Vec<String>> {
                     match chars.next() {
                         Some('\'') => break,
                         Some(c) => cur.push(c),
-                        None => return Err(Error::InvalidInput(format!("prefix: unterminated quote in {s:?}"))),
+                        None => {
+                            return Err(Error::InvalidInput(format!(
+                                "prefix: unterminated quote in {s:?}"
+                            )))
+                        }
                     }
                 }
             }
@@ -147,10 +151,18 @@ pub fn split_words(s: &str) -> Result<Vec<String>> {
                         Some('"') => break,
                         Some('\\') => match chars.next() {
                             Some(c) => cur.push(c),
-                            None => return Err(Error::InvalidInput(format!("prefix: trailing backslash in {s:?}"))),
+                            None => {
+                                return Err(Error::InvalidInput(format!(
+                                    "prefix: trailing backslash in {s:?}"
+                                )))
+                            }
                         },
                         Some(c) => cur.push(c),
-                        None => return Err(Error::InvalidInput(format!("prefix: unterminated quote in {s:?}"))),
+                        None => {
+                            return Err(Error::InvalidInput(format!(
+                                "prefix: unterminated quote in {s:?}"
+                            )))
+                        }
                     }
                 }
             }
@@ -158,7 +170,11 @@ pub fn split_words(s: &str) -> Result<Vec<String>> {
                 in_word = true;
                 match chars.next() {
                     Some(c) => cur.push(c),
-                    None => return Err(Error::InvalidInput(format!("prefix: trailing backslash in {s:?}"))),
+                    None => {
+                        return Err(Error::InvalidInput(format!(
+                            "prefix: trailing backslash in {s:?}"
+                        )))
+                    }
                 }
             }
             c if c.is_whitespace() => {
@@ -236,7 +252,10 @@ mod tests {
     #[test]
     fn prefix_words() {
         assert_eq!(split_words("nice -n 10").unwrap(), ["nice", "-n", "10"]);
-        assert_eq!(split_words("docker exec -i 'my box'").unwrap(), ["docker", "exec", "-i", "my box"]);
+        assert_eq!(
+            split_words("docker exec -i 'my box'").unwrap(),
+            ["docker", "exec", "-i", "my box"]
+        );
         assert_eq!(split_words("").unwrap(), Vec::<String>::new());
         assert!(split_words("a 'b").is_err());
     }

@@ -30,7 +30,8 @@ pub fn prune_artifacts(root: &Path, settings: &Settings) {
 /// Resolves when the process gets SIGINT or SIGTERM (a host SIGINT counts as a cancel).
 pub async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    let (Ok(mut int), Ok(mut term)) =
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
     else {
         return std::future::pending().await;
     };

@@ -147,7 +147,11 @@ fn parse_error(id: Option<&Value>, msg: &str) -> Value {
     v
 }
 
-fn response(id: Option<&Value>, command: &str, result: std::result::Result<Option<Value>, String>) -> Value {
+fn response(
+    id: Option<&Value>,
+    command: &str,
+    result: std::result::Result<Option<Value>, String>,
+) -> Value {
     let mut v = json!({"type": "response", "command": command});
     if let Some(id) = id {
         v["id"] = id.clone();
@@ -201,11 +205,15 @@ async fn handle(state: &Arc<State>, line: &str) {
                 (Some(t), Ok(tools)) => tools.get(t).map(|c| c.cancel()).is_some(),
                 _ => false,
             };
-            let res = if found { Ok(None) } else { Err("No running tool call with that id".into()) };
+            let res =
+                if found { Ok(None) } else { Err("No running tool call with that id".into()) };
             send(&state.out, response(id.as_ref(), "abort_tool_call", res));
         }
         other => {
-            send(&state.out, response(id.as_ref(), other, Err(format!("Unknown command: {other}"))));
+            send(
+                &state.out,
+                response(id.as_ref(), other, Err(format!("Unknown command: {other}"))),
+            );
         }
     }
 }
@@ -250,7 +258,9 @@ fn get_count(obj: &Map<String, Value>, k: &str) -> std::result::Result<Option<us
 fn get_timeout(obj: &Map<String, Value>) -> std::result::Result<Option<f64>, String> {
     match obj.get("timeout") {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => crate::validate::parse_timeout(v).map(|t| Some(t.secs)).map_err(|e| e.to_string()),
+        Some(v) => {
+            crate::validate::parse_timeout(v).map(|t| Some(t.secs)).map_err(|e| e.to_string())
+        }
     }
 }
 

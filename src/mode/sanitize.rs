@@ -38,7 +38,8 @@ pub fn run(args: SanitizeArgs) -> crate::Result<i32> {
     }
     let started = Instant::now();
     let store = args.artifacts.map(|dir| Arc::new(ArtifactStore::new(dir)));
-    let config = SinkConfig { max_bytes: args.max_bytes, max_lines: args.max_lines, ..Default::default() };
+    let config =
+        SinkConfig { max_bytes: args.max_bytes, max_lines: args.max_lines, ..Default::default() };
     let mut sink = Sink::new(config, store);
     let mut sanitizer = Sanitizer::new();
     let mut text = String::new();
@@ -58,10 +59,12 @@ pub fn run(args: SanitizeArgs) -> crate::Result<i32> {
     text.clear();
     sanitizer.finish(&mut text);
     sink.push(&text);
-    let result = shape(sink.finish(), &Outcome::Exited(0), started.elapsed(), args.max_bytes as u64);
+    let result =
+        shape(sink.finish(), &Outcome::Exited(0), started.elapsed(), args.max_bytes as u64);
     let mut stdout = std::io::stdout().lock();
     if args.json {
-        let json = serde_json::to_string(&result).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let json =
+            serde_json::to_string(&result).map_err(|e| Error::InvalidInput(e.to_string()))?;
         writeln!(stdout, "{json}")?;
     } else {
         stdout.write_all(result.output.as_bytes())?;
