@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness: failing loudly is right
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
 //! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `exec`, `rss`,
 //! `abort`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.

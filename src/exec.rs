@@ -279,7 +279,7 @@ impl Runtime {
         let mut r =
             result::shape(sink.finish(), &outcome, started.elapsed(), limits.max_bytes as u64);
         r.shell_restarted = shell_restarted;
-        r.waited_ms = (waited >= Duration::from_millis(1)).then(|| waited.as_millis() as u64);
+        r.waited_ms = (waited >= Duration::from_millis(1)).then_some(waited.as_millis() as u64);
         r.timeout_clamped_from = timeout.and_then(|t| t.clamped_from);
         if !norm.rewrites.is_empty() {
             r.normalized = serde_json::to_value(&norm).ok();

@@ -202,20 +202,18 @@ impl Sink {
             Some(n) => last_lines(window, n),
             None => window,
         };
+        // Only the window counts as truncation: head and tail limits are what the caller asked
+        // for (the model sees exactly what `| head -n N` would print), while a window cut hides
+        // lines the limits selected. When the tail limit left fewer lines than the window holds,
+        // the window did not cut anything the caller wanted.
         let tail_cut = text.len() < window.len();
         let window_cut = (window.len() as u64) < selected.pushed_bytes;
-        let head_cut = selected.pushed_bytes < total_bytes;
-        let truncated_by = if tail_cut {
-            Some(TruncatedBy::Lines)
-        } else if window_cut {
-            Some(selected.cut_by())
-        } else if head_cut {
-            Some(TruncatedBy::Lines)
-        } else {
-            None
-        };
-        let output_lines = count_lines(text);
         let selected_lines = selected.pushed_lines();
+        let wanted = self.tail_limit.map_or(selected_lines, |n| selected_lines.min(n as u64));
+        let output_lines = count_lines(text);
+        let truncated = window_cut
+            && (output_lines < wanted || (!tail_cut && selected.mid_line && output_lines > 0));
+        let truncated_by = truncated.then(|| selected.cut_by());
         let shown_range =
             (output_lines > 0).then(|| (selected_lines + 1 - output_lines, selected_lines));
         SinkOutput {
@@ -224,7 +222,7 @@ impl Sink {
             total_lines,
             output_bytes: text.len() as u64,
             output_lines,
-            truncated: (text.len() as u64) < total_bytes,
+            truncated,
             truncated_by,
             shown_range,
             artifact_id: self.artifact_id,
@@ -736,9 +734,9 @@ mod tests {
             assert_eq!(out.text, want, "head {head:?} tail {tail:?}");
             assert_eq!(out.text, model_head_tail(&text, head, tail));
             assert_eq!(out.shown_range, range);
-            assert_eq!(out.truncated, want != text);
-            let by = (want != text).then_some(TruncatedBy::Lines);
-            assert_eq!(out.truncated_by, by);
+            // Limits the caller asked for are not truncation.
+            assert!(!out.truncated);
+            assert_eq!(out.truncated_by, None);
         }
 
         // Over a stream far longer than the window: the head part is the stream's start.
@@ -747,7 +745,7 @@ mod tests {
         let out = run(head, &[&text]);
         assert_eq!(out.text, numbered(1..=3));
         assert_eq!(out.shown_range, Some((1, 3)));
-        assert_eq!(out.truncated_by, Some(TruncatedBy::Lines));
+        assert_eq!(out.truncated_by, None);
         let tail = SinkConfig { tail: Some(1000), ..SinkConfig::default() };
         let out = run(tail, &[&text]);
         assert_eq!(out.text, numbered(9001..=10_000));
@@ -897,7 +895,7 @@ mod tests {
             prop_assert_eq!(out.total_bytes, text.len() as u64);
             prop_assert_eq!(out.total_lines, count_lines(&text));
             prop_assert_eq!(out.output_lines, count_lines(&out.text));
-            prop_assert_eq!(out.truncated, out.text.len() < text.len());
+            prop_assert_eq!(out.truncated, out.text.len() < selected.len());
             prop_assert_eq!(out.truncated_by.is_some(), out.truncated);
             let head_part = model_head_tail(&text, head, None);
             let range_end = count_lines(&head_part);

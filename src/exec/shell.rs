@@ -103,11 +103,11 @@ pub struct ShellConfig {
 
 /// Receives a command's raw output. Returning `false` closes the output stream (the producer
 /// then gets SIGPIPE), used for the head-only rule of SPEC §1.
-pub trait OutputSink {
+pub trait OutputSink: Send {
     fn data(&mut self, bytes: &[u8]) -> bool;
 }
 
-impl<F: FnMut(&[u8]) -> bool> OutputSink for F {
+impl<F: FnMut(&[u8]) -> bool + Send> OutputSink for F {
     fn data(&mut self, bytes: &[u8]) -> bool {
         self(bytes)
     }

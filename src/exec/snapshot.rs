@@ -74,7 +74,10 @@ fn rc_files(kind: ShellKind) -> Vec<PathBuf> {
     names.iter().map(|n| home.join(n)).collect()
 }
 
-fn rc_stamp(kind: ShellKind) -> Vec<Option<SystemTime>> {
+/// Modification times of the rc files (None: missing).
+type RcStamp = Vec<Option<SystemTime>>;
+
+fn rc_stamp(kind: ShellKind) -> RcStamp {
     rc_files(kind).iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
 }
 
@@ -222,7 +225,7 @@ pub fn capture(
 /// Snapshots per shell path, refreshed when an rc file changes.
 #[derive(Debug, Default)]
 pub struct Snapshots {
-    cache: Mutex<HashMap<PathBuf, (Vec<Option<SystemTime>>, Option<PathBuf>)>>,
+    cache: Mutex<HashMap<PathBuf, (RcStamp, Option<PathBuf>)>>,
 }
 
 impl Snapshots {

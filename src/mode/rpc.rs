@@ -258,9 +258,9 @@ fn get_count(obj: &Map<String, Value>, k: &str) -> std::result::Result<Option<us
 fn get_timeout(obj: &Map<String, Value>) -> std::result::Result<Option<f64>, String> {
     match obj.get("timeout") {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => {
-            crate::validate::parse_timeout(v).map(|t| Some(t.secs)).map_err(|e| e.to_string())
-        }
+        Some(v) => crate::validate::parse_timeout(v)
+            .map(|t| Some(t.clamped_from.unwrap_or(t.secs)))
+            .map_err(|e| e.to_string()),
     }
 }
 

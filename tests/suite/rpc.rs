@@ -41,7 +41,8 @@ async fn rpc_errors_echo_ids() {
     let r = rpc.response(&id).await;
     assert_eq!(r["error"], "Unknown command: frobnicate");
     assert_eq!(r["success"], false);
-    let id = rpc.send(json!({"type": "tool_call", "command": "true", "cwd": "/nonexistent/dir"})).await;
+    let id =
+        rpc.send(json!({"type": "tool_call", "command": "true", "cwd": "/nonexistent/dir"})).await;
     let r = rpc.response(&id).await;
     assert_eq!(r["success"], false);
     assert_eq!(r["error"], "Working directory does not exist: /nonexistent/dir");
@@ -76,7 +77,9 @@ async fn rpc_cwd_env_and_invalid_utf8() {
     let dir = tempfile::tempdir().unwrap();
     let d = rpc.tool(json!({"command": "pwd", "cwd": dir.path()})).await;
     assert_eq!(d["output"], format!("{}\n", dir.path().display()));
-    let d = rpc.tool(json!({"command": "echo $AB_FROM_SETTINGS $AGENT_BASH $GIT_TERMINAL_PROMPT $PAGER"})).await;
+    let d = rpc
+        .tool(json!({"command": "echo $AB_FROM_SETTINGS $AGENT_BASH $GIT_TERMINAL_PROMPT $PAGER"}))
+        .await;
     assert_eq!(d["output"], "yes 1 0 cat\n");
     let d = rpc.tool(json!({"command": "printf 'a\\377b\\n'"})).await;
     assert_eq!(d["output"], "a\u{FFFD}b\n");
@@ -92,7 +95,9 @@ async fn rpc_streams_updates() {
     assert_eq!(start["id"], id.as_str());
     let mut updates = 0;
     loop {
-        let v = rpc.wait_for(|v| v["type"] == "tool_execution_update" || v["type"] == "tool_execution_end").await;
+        let v = rpc
+            .wait_for(|v| v["type"] == "tool_execution_update" || v["type"] == "tool_execution_end")
+            .await;
         if v["type"] == "tool_execution_end" {
             break;
         }
@@ -123,7 +128,10 @@ async fn rpc_timeout_annotation_and_tree_killed() {
     let m1 = dir.path().join("m1");
     let m2 = dir.path().join("m2");
     let d = rpc.tool(json!({"command": "sleep 10; echo done", "timeout": 0.05})).await;
-    assert!(d["output"].as_str().unwrap().starts_with("[Command timed out after 1 seconds]"), "{d}");
+    assert!(
+        d["output"].as_str().unwrap().starts_with("[Command timed out after 1 seconds]"),
+        "{d}"
+    );
     assert!(!d["output"].as_str().unwrap().contains("done"));
     assert_eq!(d["cancelled"], true);
     assert_eq!(d["timedOut"], true);
@@ -172,6 +180,14 @@ async fn rpc_output_limits_and_head() {
     assert_eq!(d["totalBytes"], 100000);
     assert!(d["outputBytes"].as_u64().unwrap() <= 51200);
     assert_eq!(d["truncated"], true);
+    // The full output is in the artifact the notice names, private to the user.
+    let id = d["artifactId"].as_u64().unwrap();
+    assert!(d["output"].as_str().unwrap().ends_with(&format!("Full: artifact://{id}]")));
+    let file = rpc.artifacts_dir().join(format!("{id}.bash.log"));
+    assert_eq!(std::fs::read(&file).unwrap(), vec![b'x'; 100000]);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(rpc.artifacts_dir()).unwrap().permissions().mode() & 0o777, 0o700);
     let t = Instant::now();
     let d = rpc.tool(json!({"command": "yes | head -n 5"})).await;
     assert_eq!(d["output"], "y\ny\ny\ny\ny\n");
@@ -192,7 +208,10 @@ async fn rpc_concurrent_keys_get_own_output() {
     let mut ids = Vec::new();
     for k in 0..16 {
         let cmd = format!("for i in 1 2 3; do echo key{k}-$i; sleep 0.05; done");
-        ids.push(rpc.send(json!({"type": "tool_call", "command": cmd, "session_key": format!("k{k}")})).await);
+        ids.push(
+            rpc.send(json!({"type": "tool_call", "command": cmd, "session_key": format!("k{k}")}))
+                .await,
+        );
     }
     for (k, id) in ids.iter().enumerate() {
         let r = rpc.response(id).await;

@@ -1,7 +1,7 @@
 //! Shared helpers: a JSON-lines RPC client over the real binary, process checks.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -31,15 +31,15 @@ impl Rpc {
         let state = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(BIN);
         cmd.arg("--log-file").arg(state.path().join("log")).arg("rpc");
-        let cfg_text = format!(
-            "state_dir = {:?}\n{}",
-            state.path().to_str().unwrap(),
-            config.unwrap_or("")
-        );
+        let cfg_text =
+            format!("state_dir = {:?}\n{}", state.path().to_str().unwrap(), config.unwrap_or(""));
         let cfg_path = state.path().join("config.toml");
         std::fs::write(&cfg_path, cfg_text).unwrap();
         cmd.arg("--config").arg(&cfg_path);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
         let mut child = cmd.spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -147,8 +147,4 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-pub fn exists(p: &Path) -> bool {
-    p.exists()
 }
