@@ -22,8 +22,11 @@ use std::time::{Duration, Instant};
 
 /// How long processes get between SIGTERM and SIGKILL (SPEC §5).
 pub const KILL_GRACE: Duration = Duration::from_millis(500);
-/// How often a kill re-checks whether its processes are gone.
-const KILL_POLL: Duration = Duration::from_millis(10);
+/// A kill re-checks whether its processes are gone after this long, doubling up to
+/// [`KILL_POLL_MAX`]: most trees die within a millisecond of SIGTERM, and a cancel should
+/// answer as soon as they have.
+const KILL_POLL_MIN: Duration = Duration::from_micros(250);
+const KILL_POLL_MAX: Duration = Duration::from_millis(16);
 
 /// Environment variable naming the backend that started a process.
 pub const OWNER_VAR: &str = "AGENT_BASH_OWNER";
@@ -70,33 +73,94 @@ fn environ_has(pid: i32, entry: &[u8]) -> bool {
     }
 }
 
+/// Direct children of `pid`, from `/proc/<pid>/task/<tid>/children` (every thread's children:
+/// a multi-threaded parent such as the backend spawns from several threads). `None` when the
+/// kernel does not offer those files (CONFIG_PROC_CHILDREN); an exited process has none.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let tasks = match fs::read_dir(format!("/proc/{pid}/task")) {
+        Ok(t) => t,
+        Err(_) => return Some(Vec::new()),
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        let path = task.path().join("children");
+        match fs::read_to_string(&path) {
+            Ok(text) => out.extend(text.split_ascii_whitespace().filter_map(|s| s.parse::<i32>().ok())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(_) => {}
+        }
+    }
+    Some(out)
+}
+
 /// Live (non-zombie) processes that are `root` or descend from it, or carry `mark` in their
 /// environment. Never includes the backend itself.
+///
+/// With a root, only the backend's own direct children are checked for the mark: an escapee
+/// whose parent is alive is still a descendant of the root (`setsid` keeps the parent), and one
+/// whose parent died was re-parented to the backend, the subreaper. The tree is walked through
+/// the kernel's per-task `children` lists, so the cost follows the size of the tree, not of the
+/// machine; reading every process's environment costs milliseconds on a busy machine, so the
+/// full scan is kept for `root = None` (the watchdog and shutdown, when the backend may not be
+/// the subreaper of what is left) and for kernels without `children` lists.
 pub fn collect(root: Option<i32>, mark: Option<&str>) -> Vec<ProcInfo> {
     let me = std::process::id() as i32;
+    if let Some(root) = root {
+        if let Some(found) = collect_tree(me, root, mark) {
+            return found;
+        }
+    }
     let procs = all_procs();
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for p in &procs {
         children.entry(p.ppid).or_default().push(p.pid);
     }
-    let mut wanted: HashSet<i32> = HashSet::new();
-    if let Some(root) = root {
-        let mut stack = vec![root];
-        while let Some(pid) = stack.pop() {
-            if wanted.insert(pid) {
-                stack.extend(children.get(&pid).into_iter().flatten().copied());
-            }
-        }
-    }
+    let mut roots: Vec<i32> = root.into_iter().collect();
     if let Some(mark) = mark {
         let entry = mark.as_bytes();
+        let owned: HashSet<i32> = owned().lock().map(|s| s.clone()).unwrap_or_default();
         for p in &procs {
-            if p.pid != me && !p.zombie && !wanted.contains(&p.pid) && environ_has(p.pid, entry) {
-                wanted.insert(p.pid);
+            let candidate = root.is_none() || (p.ppid == me && !owned.contains(&p.pid));
+            if candidate && p.pid != me && !p.zombie && environ_has(p.pid, entry) {
+                roots.push(p.pid);
             }
         }
     }
-    procs.into_iter().filter(|p| p.pid != me && !p.zombie && wanted.contains(&p.pid)).collect()
+    let mut wanted: HashSet<i32> = HashSet::new();
+    while let Some(pid) = roots.pop() {
+        if pid != me && wanted.insert(pid) {
+            roots.extend(children.get(&pid).into_iter().flatten().copied());
+        }
+    }
+    procs.into_iter().filter(|p| !p.zombie && wanted.contains(&p.pid)).collect()
+}
+
+/// [`collect`] by walking `children` lists from the root and from the backend's adopted
+/// children that carry the mark; `None` when the kernel has no such lists.
+fn collect_tree(me: i32, root: i32, mark: Option<&str>) -> Option<Vec<ProcInfo>> {
+    let mut stack = vec![root];
+    if let Some(mark) = mark {
+        let owned: HashSet<i32> = owned().lock().map(|s| s.clone()).unwrap_or_default();
+        for pid in children_of(me)? {
+            if !owned.contains(&pid) && environ_has(pid, mark.as_bytes()) {
+                stack.push(pid);
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    while let Some(pid) = stack.pop() {
+        if pid == me || !seen.insert(pid) {
+            continue;
+        }
+        if let Some(info) = proc_info(pid) {
+            if !info.zombie {
+                out.push(info);
+            }
+            stack.extend(children_of(pid)?);
+        }
+    }
+    Some(out)
 }
 
 fn signal_all(procs: &[ProcInfo], sig: i32) {
@@ -118,33 +182,37 @@ fn signal_all(procs: &[ProcInfo], sig: i32) {
 /// `root` is a process whose descendants are killed with it; `mark` an environment entry
 /// (`NAME=value`) that identifies escapees. Returns when no matching live process remains (or
 /// after a bounded number of SIGKILL rounds). Blocking: call from a blocking thread.
+///
+/// While waiting, only the pids already signalled are re-checked (a few `stat` reads); the whole
+/// process table is scanned again only once they are gone, to catch anything forked meanwhile.
 pub fn kill_tree_blocking(root: Option<i32>, mark: Option<&str>, grace: Duration) {
-    let procs = collect(root, mark);
-    if procs.is_empty() {
-        return;
-    }
-    signal_all(&procs, libc::SIGTERM);
+    let mut procs = collect(root, mark);
     let deadline = Instant::now() + grace;
-    loop {
-        reap_adopted();
-        let alive = collect(root, mark);
-        if alive.is_empty() {
-            return;
+    let mut poll = KILL_POLL_MIN;
+    while !procs.is_empty() {
+        signal_all(&procs, libc::SIGTERM);
+        loop {
+            procs.retain(|p| proc_info(p.pid).is_some_and(|i| !i.zombie));
+            let now = Instant::now();
+            if procs.is_empty() || now >= deadline {
+                break;
+            }
+            std::thread::sleep(poll.min(deadline - now));
+            poll = (poll * 2).min(KILL_POLL_MAX);
         }
         if Instant::now() >= deadline {
             break;
         }
-        std::thread::sleep(KILL_POLL);
+        procs = collect(root, mark);
     }
-    // Processes may fork while dying: repeat SIGKILL rounds until nothing is left.
+    // Past the grace: SIGKILL rounds until nothing is left (processes may fork while dying).
     for _ in 0..50 {
-        let alive = collect(root, mark);
-        if alive.is_empty() {
+        if procs.is_empty() {
             break;
         }
-        signal_all(&alive, libc::SIGKILL);
-        std::thread::sleep(KILL_POLL);
-        reap_adopted();
+        signal_all(&procs, libc::SIGKILL);
+        std::thread::sleep(KILL_POLL_MIN * 4);
+        procs = collect(root, mark);
     }
 }
 

@@ -143,6 +143,8 @@ pub struct Shell {
     status: Lines<BufReader<ChildStdout>>,
     seq: u64,
     runtime_dir: PathBuf,
+    /// The tree has been killed already: a second kill has nothing to do.
+    killed: bool,
 }
 
 static NONCE: AtomicU64 = AtomicU64::new(0);
@@ -206,6 +208,7 @@ impl Shell {
             status: BufReader::new(stdout).lines(),
             seq: 0,
             runtime_dir: cfg.runtime_dir.clone(),
+            killed: false,
         };
         let mut init = String::new();
         match kind {
@@ -374,7 +377,9 @@ impl Shell {
             }
         };
         if matches!(ending, Ending::TimedOut | Ending::Cancelled) {
+            let t = Instant::now();
             self.kill().await;
+            tracing::debug!("killed shell {} in {:?}", self.pid, t.elapsed());
             // Whatever the tree wrote before it died is still in the pipe: keep it.
             if started && !closed_early {
                 let until = Instant::now() + DRAIN_AFTER_KILL;
@@ -404,6 +409,9 @@ impl Shell {
 
     /// Kills the shell and everything it started (TERM → grace → KILL), then reaps it.
     pub async fn kill(&mut self) {
+        if std::mem::replace(&mut self.killed, true) {
+            return;
+        }
         procs::kill_tree(Some(self.pid), Some(self.mark.clone()), procs::KILL_GRACE).await;
         let _ = self.child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;

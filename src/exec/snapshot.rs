@@ -223,12 +223,22 @@ pub fn capture(
 }
 
 /// Snapshots per shell path, refreshed when an rc file changes.
+///
+/// Capturing runs the user's whole rc (hundreds of milliseconds with version managers and
+/// prompt frameworks), so a capture is also kept on disk under `cache_dir` with the rc files'
+/// modification times: the next backend (every `agent-bash exec` is one) reuses it until an rc
+/// file changes.
 #[derive(Debug, Default)]
 pub struct Snapshots {
     cache: Mutex<HashMap<PathBuf, (RcStamp, Option<PathBuf>)>>,
+    cache_dir: Option<PathBuf>,
 }
 
 impl Snapshots {
+    pub fn new(cache_dir: Option<PathBuf>) -> Snapshots {
+        Snapshots { cache: Mutex::default(), cache_dir }
+    }
+
     /// The snapshot script for `shell`, capturing (or re-capturing) it when needed. Blocking.
     pub fn get(
         &self,
@@ -246,16 +256,71 @@ impl Snapshots {
                 }
             }
         }
-        let script = capture(shell, env, dir, owner);
-        let path = script.and_then(|text| {
-            let p = dir.join(format!("snapshot-{}.sh", nonce()));
-            std::fs::write(&p, text).ok().map(|_| p)
-        });
+        let path = match self.load_disk(shell, &stamp) {
+            Some(p) => Some(p),
+            None => {
+                let script = capture(shell, env, dir, owner);
+                script.and_then(|text| self.store(shell, &stamp, dir, &text))
+            }
+        };
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(shell.to_path_buf(), (stamp, path.clone()));
         }
         path
     }
+
+    /// Where the on-disk copy for `shell` lives: one file per shell path and home directory.
+    fn disk_path(&self, shell: &Path) -> Option<PathBuf> {
+        use std::hash::{Hash, Hasher};
+        let dir = self.cache_dir.as_ref()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        shell.hash(&mut h);
+        dirs::home_dir().hash(&mut h);
+        Some(dir.join(format!("{:016x}.sh", h.finish())))
+    }
+
+    fn stamp_line(shell: &Path, stamp: &RcStamp) -> String {
+        let times: Vec<String> = stamp
+            .iter()
+            .map(|t| match t.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()) {
+                Some(d) => d.as_nanos().to_string(),
+                None => "-".into(),
+            })
+            .collect();
+        format!("# agent-bash snapshot of {} rc {}\n", shell.display(), times.join(","))
+    }
+
+    fn load_disk(&self, shell: &Path, stamp: &RcStamp) -> Option<PathBuf> {
+        let path = self.disk_path(shell)?;
+        let text = std::fs::read_to_string(&path).ok()?;
+        text.starts_with(&Self::stamp_line(shell, stamp)).then_some(path)
+    }
+
+    /// Writes the snapshot (to the disk cache when there is one, else the runtime dir).
+    fn store(&self, shell: &Path, stamp: &RcStamp, dir: &Path, text: &str) -> Option<PathBuf> {
+        let body = format!("{}{text}", Self::stamp_line(shell, stamp));
+        if let Some(path) = self.disk_path(shell) {
+            if let Some(parent) = path.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            // Write then rename, so a concurrent backend never sources half a snapshot.
+            let tmp = path.with_extension(format!("tmp{}", nonce()));
+            if write_private(&tmp, &body).is_ok() && std::fs::rename(&tmp, &path).is_ok() {
+                return Some(path);
+            }
+            let _ = std::fs::remove_file(&tmp);
+        }
+        let p = dir.join(format!("snapshot-{}.sh", nonce()));
+        write_private(&p, &body).ok().map(|_| p)
+    }
+}
+
+/// Writes a file readable by the user only (it holds their functions and PATH).
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(text.as_bytes())
 }
 
 #[cfg(test)]
