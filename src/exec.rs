@@ -116,7 +116,11 @@ impl Runtime {
             store: Arc::new(ArtifactStore::new(session_dir)),
             base_dir,
             snapshots: Arc::new(snapshot::Snapshots::new(Some(
-                settings.state_dir.clone().unwrap_or_else(crate::artifacts::state_root).join("snapshots"),
+                settings
+                    .state_dir
+                    .clone()
+                    .unwrap_or_else(crate::artifacts::state_root)
+                    .join("snapshots"),
             ))),
             sessions: Mutex::new(HashMap::new()),
             _runtime_dir: runtime_dir,

@@ -85,7 +85,9 @@ fn children_of(pid: i32) -> Option<Vec<i32>> {
     for task in tasks.flatten() {
         let path = task.path().join("children");
         match fs::read_to_string(&path) {
-            Ok(text) => out.extend(text.split_ascii_whitespace().filter_map(|s| s.parse::<i32>().ok())),
+            Ok(text) => {
+                out.extend(text.split_ascii_whitespace().filter_map(|s| s.parse::<i32>().ok()))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
             Err(_) => {}
         }

@@ -138,13 +138,14 @@ pub struct Shell {
     child: Child,
     pid: i32,
     mark: String,
-    kind: ShellKind,
     stdin: ChildStdin,
     status: Lines<BufReader<ChildStdout>>,
     seq: u64,
     runtime_dir: PathBuf,
     /// The tree has been killed already: a second kill has nothing to do.
     killed: bool,
+    /// The shell's private copy of its original stdout, where status lines go.
+    status_fd: u32,
 }
 
 static NONCE: AtomicU64 = AtomicU64::new(0);
@@ -203,12 +204,12 @@ impl Shell {
             child,
             pid,
             mark: format!("{}={}", procs::SHELL_VAR, shell_nonce),
-            kind,
             stdin,
             status: BufReader::new(stdout).lines(),
             seq: 0,
             runtime_dir: cfg.runtime_dir.clone(),
             killed: false,
+            status_fd: 9,
         };
         let mut init = String::new();
         match kind {
@@ -226,12 +227,19 @@ impl Shell {
             ShellKind::Zsh => init.push_str("setopt aliases\n"),
             ShellKind::Posix => {}
         }
-        init.push_str(&format!("builtin printf 'R\\n' >&{}\n", kind.status_fd()));
+        // The reply names the status fd, so command lines can use the number itself.
+        init.push_str(&format!("builtin printf 'R %s\\n' {0} >&{0}\n", kind.status_fd()));
         let ready = async {
             shell.stdin.write_all(init.as_bytes()).await?;
             shell.stdin.flush().await?;
             match shell.status.next_line().await? {
-                Some(line) if line == "R" => Ok(()),
+                Some(line) if line.starts_with("R ") => {
+                    match line[2..].trim().parse::<u32>() {
+                        Ok(fd) => shell.status_fd = fd,
+                        Err(_) => return Err(io::Error::other(format!("bad status fd: {line}"))),
+                    }
+                    Ok(())
+                }
                 Some(line) => Err(io::Error::other(format!("unexpected shell reply: {line}"))),
                 None => Err(io::Error::other(format!(
                     "{} exited during start-up",
@@ -270,7 +278,7 @@ impl Shell {
     ) -> io::Result<RunEnd> {
         self.seq += 1;
         let seq = self.seq;
-        let fifo = self.runtime_dir.join(format!("{}-{seq}.out", self.pid));
+        let fifo = self.runtime_dir.join(format!("{}.{seq}", self.pid));
         make_fifo(&fifo)?;
         let rx = tokio::net::unix::pipe::OpenOptions::new().open_receiver(&fifo);
         // The FIFO's name is no longer needed once both ends are open; the shell opens it right
@@ -282,13 +290,10 @@ impl Shell {
                 return Err(e);
             }
         };
-        let st = self.kind.status_fd();
-        let close_st = match self.kind {
-            ShellKind::Posix => "9>&-".to_string(),
-            _ => "{__agent_bash_st}>&-".to_string(),
-        };
+        // Kept short: bash reads its script from a pipe one byte per read(2).
+        let st = self.status_fd;
         let line = format!(
-            "{{ builtin printf 'S {seq}\\n' >&{st}; builtin cd -- {cwd} && builtin eval {cmd} {close_st}; }} >{fifo} 2>&1 </dev/null; builtin printf 'D {seq} %d\\n' \"$?\" >&{st}\n",
+            "{{ builtin printf 'S {seq}\\n' >&{st};builtin cd -- {cwd}&&builtin eval {cmd} {st}>&-;}}>{fifo} 2>&1 </dev/null;builtin printf 'D {seq} %d\\n' $? >&{st}\n",
             cwd = quote(&cwd.to_string_lossy()),
             cmd = quote(command),
             fifo = quote(&fifo.to_string_lossy()),
