@@ -57,7 +57,7 @@ end
 t.describe('health', function()
   t.it(':checkhealth agent_bash reports versions, paths and a live ping', function()
     -- first: Neovim 0.11 asserts when a headless editor resized from 80x24 draws a tabline
-    vim.cmd('checkhealth agent_bash')
+    vim.cmd('silent checkhealth agent_bash')
     local text = table.concat(lines(0), '\n')
     vim.cmd('bwipe')
     backend.stop()
