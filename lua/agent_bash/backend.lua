@@ -1,0 +1,241 @@
+-- The one place that starts and talks to the backend (`agent-bash nvim`, msgpack-RPC over
+-- stdio). Started lazily on first use, restarted on the next call after a crash, stopped on
+-- VimLeavePre (the backend kills its processes when its stdin closes). Every call is logged.
+
+local M = {}
+local H = {}
+
+local log = require('agent_bash.log')
+
+---@class agent_bash.BackendInfo
+---@field chan? integer
+---@field bin? string
+---@field version? string backend version from `hello`
+---@field pid? integer
+---@field session_dir? string
+
+--- Starts the backend unless it runs. Returns the channel, or nil and an error message.
+---@return integer? chan
+---@return string? err
+function M.ensure()
+  if H.chan then
+    return H.chan
+  end
+  return H.start()
+end
+
+--- A quick request (blocks the editor until answered; use only for quick queries).
+--- Returns true and the result, or false and the error message without RPC decoration.
+---@param method string
+---@param params table
+---@return boolean ok
+---@return any result_or_err
+function M.request(method, params)
+  local chan, err = M.ensure()
+  if not chan then
+    return false, err
+  end
+  log.debug('request %s %s', method, vim.inspect(params, { newline = ' ', indent = '' }))
+  local ok, res = pcall(vim.rpcrequest, chan, method, params)
+  if not ok then
+    res = M.error_text(res)
+    log.debug('request %s failed: %s', method, res)
+  end
+  return ok, res
+end
+
+--- A notification (returns at once). Returns true, or false and an error message.
+---@param method string
+---@param params table
+---@return boolean ok
+---@return string? err
+function M.notify(method, params)
+  local chan, err = M.ensure()
+  if not chan then
+    return false, err
+  end
+  log.debug('notify %s %s', method, vim.inspect(params, { newline = ' ', indent = '' }))
+  local ok, res = pcall(vim.rpcnotify, chan, method, params)
+  if not ok then
+    return false, M.error_text(res)
+  end
+  return true
+end
+
+--- Stops the backend (its stdin closes; it kills what it started and exits).
+function M.stop()
+  local chan = H.chan
+  H.chan = nil
+  if chan then
+    log.info('stopping backend (channel %d)', chan)
+    H.stopping[chan] = true
+    pcall(vim.fn.jobstop, chan)
+  end
+end
+
+--- What is known about the running backend (empty fields when it is not running).
+---@return agent_bash.BackendInfo
+function M.info()
+  return vim.tbl_extend('force', {}, H.info, { chan = H.chan })
+end
+
+--- The backend binary: config `bin`, else <plugin root>/target/release/agent-bash, else
+--- `agent-bash` on $PATH. Returns nil and the places looked at when none is executable.
+---@return string? bin
+---@return string? err
+function M.bin()
+  local configured = require('agent_bash.config').options.bin
+  if configured then
+    local bin = vim.fn.expand(configured)
+    if vim.fn.executable(bin) == 1 then
+      return bin
+    end
+    return nil, ('agent-bash binary is not executable: %s (option `bin`)'):format(bin)
+  end
+  local local_build = M.root() .. '/target/release/agent-bash'
+  if vim.fn.executable(local_build) == 1 then
+    return local_build
+  end
+  if vim.fn.executable('agent-bash') == 1 then
+    return vim.fn.exepath('agent-bash')
+  end
+  return nil,
+    ('agent-bash binary not found (looked at %s and $PATH); build it with `cargo build --release` or set `bin`'):format(
+      local_build
+    )
+end
+
+--- The plugin's root: the directory holding lua/agent_bash.
+---@return string
+function M.root()
+  local src = debug.getinfo(1, 'S').source:gsub('^@', '')
+  return vim.fn.fnamemodify(src, ':p:h:h:h')
+end
+
+--- The argv used to start the backend.
+---@param bin string
+---@return string[]
+function M.argv(bin)
+  local argv = { bin, '--log-file', log.file(), 'nvim' }
+  local settings = require('agent_bash.config').options.settings_file
+  if settings then
+    vim.list_extend(argv, { '--config', vim.fn.expand(settings) })
+  end
+  vim.list_extend(argv, { '--state-dir', vim.fn.stdpath('state') .. '/agent_bash' })
+  return argv
+end
+
+--- Strips Neovim's RPC error decoration ("Error invoking 'x' on channel N:\n…") so the
+--- backend's exact text remains.
+---@param err any
+---@return string
+function M.error_text(err)
+  if type(err) == 'table' then
+    err = err[2] or err.message or vim.inspect(err)
+  end
+  local s = tostring(err)
+  s = s:gsub('^Vim:', '')
+  s = s:match("^Error invoking '[^']*' on channel %d+[^\n]*:\n(.*)$") or s
+  s = s:gsub('^[^%s]+%.lua:%d+: ', '')
+  return vim.trim(s)
+end
+
+--- Called by the backend (nvim_exec_lua) for every event: update, done, error.
+--- Handled on the next tick so errors here never travel back to the backend.
+---@param ev table
+function M._on_event(ev)
+  vim.schedule(function()
+    local ok, err = pcall(require('agent_bash.runs').on_event, ev)
+    if not ok then
+      log.error('event %s for run %s: %s', tostring(ev and ev.type), tostring(ev and ev.id), err)
+    end
+  end)
+end
+
+-- Helpers -----------------------------------------------------------------------------------
+
+H.chan = nil ---@type integer?
+H.info = {} ---@type agent_bash.BackendInfo
+H.stopping = {} ---@type table<integer, boolean>
+H.warned_version = false
+H.leaving = false
+
+function H.start()
+  local bin, err = M.bin()
+  if not bin then
+    log.error('%s', err)
+    return nil, err
+  end
+  H.autocmds()
+  local argv = M.argv(bin)
+  log.info('starting backend: %s', table.concat(argv, ' '))
+  local ok, chan = pcall(vim.fn.jobstart, argv, {
+    rpc = true,
+    on_exit = function(job, code)
+      H.on_exit(job, code)
+    end,
+  })
+  if not ok or type(chan) ~= 'number' or chan <= 0 then
+    local msg = ('could not start %s: %s'):format(bin, ok and ('jobstart returned ' .. tostring(chan)) or chan)
+    log.error('%s', msg)
+    return nil, msg
+  end
+  local version = require('agent_bash').version
+  local hok, hello = pcall(vim.rpcrequest, chan, 'hello', { version = version })
+  if not hok or type(hello) ~= 'table' then
+    local msg = ('backend did not answer hello: %s'):format(hok and vim.inspect(hello) or M.error_text(hello))
+    log.error('%s', msg)
+    H.stopping[chan] = true
+    pcall(vim.fn.jobstop, chan)
+    return nil, msg
+  end
+  H.chan = chan
+  H.info = { bin = bin, version = hello.version, pid = hello.pid, session_dir = hello.session_dir }
+  log.info('backend %s (pid %s) on channel %d, artifacts in %s', tostring(hello.version), tostring(hello.pid), chan, tostring(hello.session_dir))
+  if hello.version ~= version and not H.warned_version then
+    H.warned_version = true
+    vim.notify(
+      ('agent-bash: backend version %s differs from the plugin version %s; rebuild the backend or update the plugin'):format(
+        tostring(hello.version),
+        version
+      ),
+      vim.log.levels.WARN
+    )
+  end
+  return chan
+end
+
+function H.on_exit(chan, code)
+  log.info('backend on channel %d exited with code %d', chan, code)
+  local expected = H.stopping[chan] or H.leaving
+  H.stopping[chan] = nil
+  if H.chan == chan then
+    H.chan = nil
+    H.info = {}
+  end
+  if expected then
+    return
+  end
+  vim.notify(
+    ('agent-bash: backend exited (code %d); it restarts on the next command. Log: %s'):format(code, log.file()),
+    vim.log.levels.WARN
+  )
+  require('agent_bash.runs').on_backend_exit(code)
+end
+
+function H.autocmds()
+  if H.augroup then
+    return
+  end
+  H.augroup = vim.api.nvim_create_augroup('agent_bash_backend', { clear = true })
+  vim.api.nvim_create_autocmd('VimLeavePre', {
+    group = H.augroup,
+    desc = 'agent-bash: stop the backend',
+    callback = function()
+      H.leaving = true
+      M.stop()
+    end,
+  })
+end
+
+return M

@@ -1,0 +1,383 @@
+-- Card windows: open, draw what card.lua rendered, stack, toggle, close. Cards stack from the
+-- bottom-right corner upward, newest at the bottom; older cards that no longer fit are closed.
+
+local M = {}
+local H = {}
+
+---@class agent_bash.Card
+---@field run agent_bash.Run
+---@field buf integer
+---@field win? integer
+---@field expanded boolean
+---@field rendered? agent_bash.Rendered
+---@field prev_win? integer window to return to when the card closes
+---@field closed boolean
+
+local NS = vim.api.nvim_create_namespace('agent_bash_card')
+
+--- Opens a card for a run and draws it.
+---@param run agent_bash.Run
+---@param opts? {enter?: boolean}
+---@return agent_bash.Card
+function M.open(run, opts)
+  opts = opts or {}
+  require('agent_bash.highlight').setup()
+  H.autocmds()
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.bo[buf].bufhidden = 'wipe'
+  vim.bo[buf].tabstop = 8
+  ---@type agent_bash.Card
+  local card = { run = run, buf = buf, expanded = false, closed = false, prev_win = vim.api.nvim_get_current_win() }
+  table.insert(H.cards, card)
+  H.keymaps(card)
+  vim.bo[buf].filetype = 'agent_bash_card'
+  H.draw(card)
+  M.layout()
+  if opts.enter and card.win and vim.api.nvim_win_is_valid(card.win) then
+    vim.api.nvim_set_current_win(card.win)
+  end
+  return card
+end
+
+--- Redraws a card from its run's state.
+---@param card agent_bash.Card
+function M.refresh(card)
+  if card.closed then
+    return
+  end
+  local win = card.win
+  local follow = true
+  if win and vim.api.nvim_win_is_valid(win) and vim.api.nvim_get_current_win() == win then
+    -- the user reads in the card: follow the output only from its last line
+    follow = vim.api.nvim_win_get_cursor(win)[1] >= vim.api.nvim_buf_line_count(card.buf)
+  end
+  H.draw(card)
+  M.layout()
+  if follow and card.win and vim.api.nvim_win_is_valid(card.win) then
+    pcall(vim.api.nvim_win_set_cursor, card.win, { vim.api.nvim_buf_line_count(card.buf), 0 })
+  end
+end
+
+--- Collapses or expands a card.
+---@param card agent_bash.Card
+function M.toggle(card)
+  if not card.expanded and card.rendered and not card.rendered.expandable then
+    return -- nothing hidden
+  end
+  card.expanded = not card.expanded
+  M.refresh(card)
+end
+
+--- Closes a card (the command keeps running). Safe to call twice.
+---@param card agent_bash.Card
+---@param opts? {if_unfocused?: boolean, no_layout?: boolean} if_unfocused: leave it open when the cursor is in it
+function M.close(card, opts)
+  if card.closed then
+    return
+  end
+  if opts and opts.if_unfocused and card.win and vim.api.nvim_get_current_win() == card.win then
+    return
+  end
+  card.closed = true
+  H.remove(card)
+  local win = card.win
+  card.win = nil
+  if win and vim.api.nvim_win_is_valid(win) then
+    local was_current = vim.api.nvim_get_current_win() == win
+    pcall(vim.api.nvim_win_close, win, true)
+    if was_current and card.prev_win and vim.api.nvim_win_is_valid(card.prev_win) then
+      vim.api.nvim_set_current_win(card.prev_win)
+    end
+  end
+  if vim.api.nvim_buf_is_valid(card.buf) then
+    pcall(vim.api.nvim_buf_delete, card.buf, { force = true })
+  end
+  if not (opts and opts.no_layout) then
+    M.layout()
+  end
+end
+
+--- Loads the full artifact into a truncated card (replacing the tail it shows) and expands it.
+---@param card agent_bash.Card
+function M.load_full(card)
+  local s = card.run.state
+  local id = s.result and s.result.artifact_id
+  if not id or s.full_lines then
+    return
+  end
+  local ok, text = require('agent_bash.artifact').fetch(id)
+  if not ok then
+    vim.notify(text, vim.log.levels.ERROR)
+    return
+  end
+  s.full_lines = require('agent_bash.artifact').split(text)
+  card.expanded = true
+  M.refresh(card)
+end
+
+--- Open cards, oldest first.
+---@return agent_bash.Card[]
+function M.cards()
+  return vim.list_slice(H.cards)
+end
+
+--- Moves the cursor into the newest card.
+function M.focus()
+  local card = H.cards[#H.cards]
+  if card and card.win and vim.api.nvim_win_is_valid(card.win) then
+    card.prev_win = vim.api.nvim_get_current_win()
+    vim.api.nvim_set_current_win(card.win)
+  end
+end
+
+--- Places every card: newest at the bottom right, older ones above; cards that do not fit
+--- are closed (their runs go on).
+function M.layout()
+  local edges = H.edges(H.border())
+  local columns = vim.o.columns
+  local width = math.max(10, math.min(require('agent_bash.config').options.card.max_width, columns - edges.cols - 2))
+  local max_height = require('agent_bash.config').options.card.max_height
+  local top = H.top_row()
+  local bottom = vim.o.lines - vim.o.cmdheight - (vim.o.laststatus > 0 and 1 or 0)
+  local extra = edges.rows
+  local drop = {}
+  for i = #H.cards, 1, -1 do
+    local card = H.cards[i]
+    if card.rendered and card.rendered.width ~= width then
+      H.draw(card, width)
+    end
+    local height = math.min(card.rendered.height, max_height)
+    if bottom - top - extra < 1 or (bottom - (height + extra) < top and i ~= #H.cards) then
+      drop[#drop + 1] = card
+    else
+      height = math.max(1, math.min(height, bottom - top - extra))
+      local row = bottom - height - extra
+      H.place(card, row, columns - width - edges.cols - 1, width, height, edges)
+      bottom = row
+    end
+  end
+  for _, card in ipairs(drop) do
+    M.close(card, { no_layout = true })
+  end
+end
+
+-- Helpers -----------------------------------------------------------------------------------
+
+H.cards = {} ---@type agent_bash.Card[]
+
+function H.remove(card)
+  for i, c in ipairs(H.cards) do
+    if c == card then
+      table.remove(H.cards, i)
+      return
+    end
+  end
+end
+
+--- The text width cards get now.
+function H.width()
+  local edges = H.edges(H.border())
+  return math.max(10, math.min(require('agent_bash.config').options.card.max_width, vim.o.columns - edges.cols - 2))
+end
+
+--- Renders the run's state and writes it into the card's buffer.
+function H.draw(card, width)
+  width = width or H.width()
+  local rendered = require('agent_bash.card').render(card.run.state, { width = width, expanded = card.expanded })
+  rendered.width = width
+  if not H.edges(H.border()).full then
+    H.frame(rendered)
+  end
+  card.rendered = rendered
+  local buf = card.buf
+  if not vim.api.nvim_buf_is_valid(buf) then
+    return
+  end
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, rendered.lines)
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].modified = false
+  vim.api.nvim_buf_clear_namespace(buf, NS, 0, -1)
+  local hl = require('agent_bash.highlight')
+  for group, style in pairs(rendered.styles) do
+    hl.ensure(group, style)
+  end
+  for _, h in ipairs(rendered.highlights) do
+    local line = rendered.lines[h[1] + 1] or ''
+    local end_col = math.min(h[3] < 0 and #line or h[3], #line)
+    if end_col > h[2] then
+      vim.api.nvim_buf_set_extmark(buf, NS, h[1], h[2], {
+        end_col = end_col,
+        hl_group = h[4],
+        -- ANSI colours under the card's own groups
+        priority = h[4]:find('^AgentBashAnsi_') and 100 or 110,
+      })
+    end
+  end
+end
+
+--- Without top and bottom border edges a float shows no title or footer: make them the first
+--- and last lines of the text instead.
+---@param r agent_bash.Rendered
+function H.frame(r)
+  local function chunks_line(chunks, row)
+    local text, hls = '', {}
+    for _, c in ipairs(chunks) do
+      hls[#hls + 1] = { row, #text, #text + #c[1], c[2] }
+      text = text .. c[1]
+    end
+    return text, hls
+  end
+  local highlights = {}
+  for _, h in ipairs(r.highlights) do
+    highlights[#highlights + 1] = { h[1] + 1, h[2], h[3], h[4] }
+  end
+  local title, title_hl = chunks_line(r.title, 0)
+  local footer, footer_hl = chunks_line(r.footer, #r.lines + 1)
+  r.lines = vim.list_extend({ title }, r.lines)
+  r.lines[#r.lines + 1] = footer
+  r.highlights = vim.list_extend(vim.list_extend(title_hl, highlights), footer_hl)
+  r.height = r.height + require('agent_bash.card').rows(title, r.width) + require('agent_bash.card').rows(footer, r.width)
+end
+
+function H.place(card, row, col, width, height, edges)
+  local r = card.rendered
+  local cfg = {
+    relative = 'editor',
+    row = row,
+    col = math.max(0, col),
+    width = width,
+    height = height,
+    zindex = 45,
+    focusable = true,
+  }
+  if edges.full then
+    cfg.title, cfg.title_pos = r.title, 'left'
+    cfg.footer, cfg.footer_pos = r.footer, 'right'
+  end
+  if card.win and vim.api.nvim_win_is_valid(card.win) then
+    vim.api.nvim_win_set_config(card.win, cfg)
+  else
+    cfg.style = 'minimal'
+    cfg.border = H.border_arg()
+    cfg.noautocmd = false
+    card.win = vim.api.nvim_open_win(card.buf, false, cfg)
+    H.win_options(card.win)
+    H.watch_close(card)
+  end
+end
+
+function H.win_options(win)
+  local wo = vim.wo[win]
+  wo.wrap = true
+  wo.linebreak = false
+  wo.breakindent = false
+  wo.showbreak = 'NONE'
+  wo.list = false
+  wo.spell = false
+  wo.foldenable = false
+  wo.scrolloff = 0
+  wo.sidescrolloff = 0
+  wo.winhighlight =
+    'Normal:AgentBashNormal,NormalFloat:AgentBashNormal,FloatBorder:AgentBashBorder,FloatTitle:AgentBashTitle,FloatFooter:AgentBashFooter'
+end
+
+function H.keymaps(card)
+  local options = require('agent_bash.config').options
+  local map = function(lhs, fn, desc)
+    vim.keymap.set('n', lhs, fn, { buffer = card.buf, nowait = true, silent = true, desc = 'agent-bash: ' .. desc })
+  end
+  map(options.keys.close, function()
+    M.close(card)
+  end, 'close the card')
+  map(options.keys.toggle, function()
+    M.toggle(card)
+  end, 'collapse/expand the card')
+  map(options.keys.full_output, function()
+    M.load_full(card)
+  end, 'load the full output')
+  if options.kill_key then
+    map(options.kill_key, function()
+      if card.run.finished then
+        vim.cmd('wincmd p')
+      else
+        require('agent_bash.runs').cancel(card.run)
+      end
+    end, 'cancel the running command')
+  end
+end
+
+--- A card closed by other means (`:q`, `<C-w>o`) leaves the stack too.
+function H.watch_close(card)
+  vim.api.nvim_create_autocmd('WinClosed', {
+    group = H.augroup,
+    pattern = tostring(card.win),
+    once = true,
+    callback = function()
+      if not card.closed then
+        card.closed = true
+        card.win = nil
+        H.remove(card)
+        vim.schedule(M.layout)
+      end
+    end,
+  })
+end
+
+function H.autocmds()
+  if H.augroup then
+    return
+  end
+  H.augroup = vim.api.nvim_create_augroup('agent_bash_float', { clear = true })
+  vim.api.nvim_create_autocmd({ 'VimResized', 'OptionSet' }, {
+    group = H.augroup,
+    pattern = { '*' },
+    desc = 'agent-bash: re-layout cards',
+    callback = function(ev)
+      if ev.event == 'OptionSet' and not vim.tbl_contains({ 'cmdheight', 'laststatus', 'showtabline', 'winborder' }, ev.match) then
+        return
+      end
+      if #H.cards > 0 then
+        M.layout()
+      end
+    end,
+  })
+end
+
+--- The first editor row below the tabline.
+function H.top_row()
+  local st = vim.o.showtabline
+  return (st == 2 or (st == 1 and #vim.api.nvim_list_tabpages() > 1)) and 1 or 0
+end
+
+--- The border in effect: the `border` option, else 'winborder' when set, else 'rounded'.
+---@return string|string[]
+function H.border()
+  local b = require('agent_bash.config').options.border
+  if b ~= nil then
+    return b
+  end
+  local wb = vim.fn.exists('+winborder') == 1 and vim.o.winborder or ''
+  return wb ~= '' and wb or 'rounded'
+end
+
+--- What to pass to nvim_open_win: nothing when 'winborder' decides (Neovim applies it).
+function H.border_arg()
+  if require('agent_bash.config').options.border == nil and vim.fn.exists('+winborder') == 1 and vim.o.winborder ~= '' then
+    return nil
+  end
+  return H.border()
+end
+
+--- Rows and columns a border takes, and whether it has a top and bottom edge for title/footer.
+---@return {rows: integer, cols: integer, full: boolean}
+function H.edges(border)
+  if border == 'none' or border == '' then
+    return { rows = 0, cols = 0, full = false }
+  elseif border == 'shadow' then
+    return { rows = 1, cols = 1, full = false }
+  end
+  return { rows = 2, cols = 2, full = true }
+end
+
+return M

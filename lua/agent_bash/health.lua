@@ -1,0 +1,89 @@
+-- :checkhealth agent_bash — what a bug report needs: versions, paths, log file, a live ping.
+
+local M = {}
+local H = {}
+
+function M.check()
+  local health = vim.health
+  local plugin = require('agent_bash')
+  local backend = require('agent_bash.backend')
+
+  health.start('agent-bash: Neovim')
+  local v = vim.version()
+  local nvim = ('%d.%d.%d'):format(v.major, v.minor, v.patch)
+  if vim.fn.has('nvim-0.10') == 1 then
+    health.ok(('Neovim %s (0.10 or newer required)'):format(nvim))
+  else
+    health.error(('Neovim %s is too old: agent-bash needs 0.10 or newer'):format(nvim))
+  end
+  health.info('plugin version ' .. plugin.version .. ', root ' .. backend.root())
+  local ok, err = pcall(require('agent_bash.config').setup, {})
+  if ok then
+    health.ok('configuration is valid')
+  else
+    health.error(tostring(err))
+  end
+
+  health.start('agent-bash: backend')
+  local bin, berr = backend.bin()
+  if not bin then
+    health.error(berr or 'backend binary not found', {
+      'build it: cargo build --release (in ' .. backend.root() .. ')',
+      "or set the path: require('agent_bash').setup({ bin = '/path/to/agent-bash' })",
+    })
+  else
+    health.ok('binary: ' .. bin)
+    local out = vim.fn.system({ bin, '--version' })
+    if vim.v.shell_error == 0 then
+      health.ok('version: ' .. vim.trim(out))
+    else
+      health.error(('`%s --version` failed (exit %d): %s'):format(bin, vim.v.shell_error, vim.trim(out)))
+    end
+  end
+  health.info('log file: ' .. require('agent_bash.log').file())
+  local settings = require('agent_bash.config').options.settings_file
+  if settings then
+    if vim.fn.filereadable(vim.fn.expand(settings)) == 1 then
+      health.ok('settings file: ' .. settings)
+    else
+      health.error('settings file is not readable: ' .. settings)
+    end
+  end
+
+  if bin then
+    H.ping(health, backend)
+  end
+end
+
+-- Helpers -----------------------------------------------------------------------------------
+
+function H.ping(health, backend)
+  local chan, err = backend.ensure()
+  if not chan then
+    health.error('could not start the backend: ' .. tostring(err), { 'see the log file for the backend side' })
+    return
+  end
+  local started = vim.uv.hrtime()
+  local ok, res = backend.request('ping', {})
+  local ms = (vim.uv.hrtime() - started) / 1e6
+  if ok and res == 'pong' then
+    local info = backend.info()
+    health.ok(('ping: pong in %.2f ms (backend %s, pid %s, channel %s)'):format(
+      ms,
+      tostring(info.version),
+      tostring(info.pid),
+      tostring(info.chan)
+    ))
+    if info.version ~= require('agent_bash').version then
+      health.warn(
+        ('backend version %s differs from the plugin version %s'):format(tostring(info.version), require('agent_bash').version),
+        { 'rebuild the backend (cargo build --release) or update the plugin' }
+      )
+    end
+    health.info('artifacts: ' .. tostring(info.session_dir))
+  else
+    health.error('ping failed: ' .. tostring(res), { 'see the log file for the backend side' })
+  end
+end
+
+return M

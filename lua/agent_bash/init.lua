@@ -1,0 +1,152 @@
+-- agent-bash: shell commands for coding agents and for the user, run by a Rust backend.
+-- Public API. Works without setup(); setup(opts) only merges configuration.
+
+local M = {}
+local H = {}
+
+--- The Lua plugin's version, compared with the backend's on start.
+M.version = '0.1.0'
+
+--- Merges options into the configuration (see `:h agent_bash-config`). Optional.
+---@param opts? table
+function M.setup(opts)
+  require('agent_bash.config').setup(opts)
+end
+
+---@class agent_bash.RunOpts
+---@field exclude? boolean exclude from the agent's context (`:AgentBash!`); the card is dimmed
+
+--- Runs a bang command (the user's own) in the current directory and shows its card.
+--- Only one runs at a time: a second is refused with a warning.
+---@param cmd string
+---@param opts? agent_bash.RunOpts
+---@return integer? id the run's id, nil when refused
+function M.run(cmd, opts)
+  local validate = require('agent_bash.config').validate
+  validate('cmd', cmd, function(c)
+    return type(c) == 'string' and vim.trim(c) ~= ''
+  end, false, 'a non-empty command')
+  validate('opts', opts, 'table', true)
+  opts = opts or {}
+  local runs = require('agent_bash.runs')
+  if runs.bang() then
+    vim.notify('A bash command is already running. Press Esc to cancel it first.', vim.log.levels.WARN)
+    return nil
+  end
+  local run = runs.start({
+    origin = 'bang',
+    command = cmd,
+    cwd = vim.fn.getcwd(),
+    exclude = opts.exclude and true or false,
+    enter = true,
+  })
+  return run.id
+end
+
+--- Cancels the running bang command. Returns false (and says so) when none runs.
+---@return boolean
+function M.cancel()
+  local run = require('agent_bash.runs').bang()
+  if not run then
+    vim.notify('agent-bash: no bash command is running', vim.log.levels.INFO)
+    return false
+  end
+  require('agent_bash.runs').cancel(run)
+  return true
+end
+
+---@class agent_bash.Handle
+---@field id integer
+---@field cancel fun(self: agent_bash.Handle) cancel the call; safe to call twice or after it ended
+
+--- Runs an agent's tool call (SPEC §9). `on_done(result)` is called exactly once with the
+--- BashResult (an error result if the call could not run); `on_update(update)` with live,
+--- throttled tails while it runs.
+---@param params agent_bash.ToolParams
+---@param callbacks agent_bash.ToolCallbacks
+---@return agent_bash.Handle
+function M.tool_call(params, callbacks)
+  H.validate_tool_call(params, callbacks)
+  local root = vim.fn.getcwd()
+  local run = require('agent_bash.runs').start({
+    origin = 'tool',
+    command = params.command,
+    cwd = H.resolve_cwd(params.cwd, root),
+    cwd_label = require('agent_bash.card').cwd_label(params.cwd, root),
+    timeout = params.timeout,
+    head = params.head,
+    tail = params.tail,
+    tools = params.tools,
+    session_key = params.session_key,
+    on_update = callbacks.on_update,
+    on_done = callbacks.on_done,
+    card = require('agent_bash.config').options.card.show_tool_cards,
+  })
+  return {
+    id = run.id,
+    cancel = function()
+      require('agent_bash.runs').cancel(run)
+    end,
+  }
+end
+
+--- Moves the cursor into the newest card.
+function M.focus()
+  require('agent_bash.float').focus()
+end
+
+--- Collapses or expands the newest card.
+function M.toggle()
+  local cards = require('agent_bash.float').cards()
+  if #cards > 0 then
+    require('agent_bash.float').toggle(cards[#cards])
+  end
+end
+
+--- Closes every card (their commands keep running).
+function M.close_all()
+  local float = require('agent_bash.float')
+  for _, card in ipairs(float.cards()) do
+    float.close(card)
+  end
+end
+
+-- Helpers -----------------------------------------------------------------------------------
+
+function H.validate_tool_call(params, callbacks)
+  local validate = require('agent_bash.config').validate
+  validate('params', params, 'table')
+  validate('params.command', params.command, function(c)
+    return type(c) == 'string' and vim.trim(c) ~= ''
+  end, false, 'a non-empty string')
+  validate('params.timeout', params.timeout, 'number', true)
+  validate('params.cwd', params.cwd, 'string', true)
+  local count = function(n)
+    return type(n) == 'number' and n >= 1 and math.floor(n) == n
+  end
+  validate('params.head', params.head, count, true, 'a positive integer')
+  validate('params.tail', params.tail, count, true, 'a positive integer')
+  validate('params.tools', params.tools, function(t)
+    return type(t) == 'table' and vim.iter(t):all(function(x)
+      return type(x) == 'string'
+    end)
+  end, true, 'a list of tool names')
+  validate('params.session_key', params.session_key, 'string', true)
+  validate('callbacks', callbacks, 'table')
+  validate('callbacks.on_done', callbacks.on_done, 'callable')
+  validate('callbacks.on_update', callbacks.on_update, 'callable', true)
+end
+
+--- The directory sent to the backend: absolute, relative paths joined to the project root.
+--- `~` is left for the backend to expand (it reports errors with the absolute path).
+function H.resolve_cwd(cwd, root)
+  if cwd == nil or cwd == '' then
+    return root
+  end
+  if cwd:match('^[/~]') then
+    return cwd
+  end
+  return root .. '/' .. cwd
+end
+
+return M

@@ -1,0 +1,240 @@
+-- Runs: one per bang command or tool call. Gives ids, sends `run`/`cancel` to the backend,
+-- applies the backend's events (update, done, error) to the run's card state, calls the
+-- caller's callbacks, and fails running runs when the backend dies.
+
+local M = {}
+local H = {}
+
+local log = require('agent_bash.log')
+
+---@class agent_bash.Run
+---@field id integer
+---@field state agent_bash.CardState
+---@field on_update? fun(update: agent_bash.Update)
+---@field on_done? fun(result: agent_bash.BashResult)
+---@field card? agent_bash.Card
+---@field finished boolean
+
+---@class agent_bash.RunSpec
+---@field origin agent_bash.Origin
+---@field command string
+---@field cwd string sent to the backend
+---@field cwd_label? string shown in the header
+---@field timeout? number
+---@field head? integer
+---@field tail? integer
+---@field tools? string[]
+---@field session_key? string
+---@field exclude? boolean
+---@field on_update? fun(update: agent_bash.Update)
+---@field on_done? fun(result: agent_bash.BashResult)
+---@field card? boolean open a card (default true)
+---@field enter? boolean focus the card
+
+--- Starts a run: opens its card, then sends `run` to the backend (starting it if needed).
+---@param spec agent_bash.RunSpec
+---@return agent_bash.Run
+function M.start(spec)
+  H.next_id = H.next_id + 1
+  ---@type agent_bash.Run
+  local run = {
+    id = H.next_id,
+    finished = false,
+    on_update = spec.on_update,
+    on_done = spec.on_done,
+    state = {
+      origin = spec.origin,
+      command = spec.command,
+      cwd_label = spec.cwd_label,
+      timeout = spec.timeout,
+      exclude = spec.exclude,
+      status = 'running',
+      lines = {},
+      hl = {},
+      total_lines = 0,
+    },
+  }
+  H.runs[run.id] = run
+  if spec.origin == 'bang' then
+    H.bang = run
+  end
+  if spec.card ~= false then
+    run.card = require('agent_bash.float').open(run, { enter = spec.enter })
+  end
+  local ok, err = require('agent_bash.backend').notify('run', {
+    id = run.id,
+    origin = spec.origin,
+    command = spec.command,
+    cwd = spec.cwd,
+    timeout = spec.timeout,
+    head = spec.head,
+    tail = spec.tail,
+    tools = spec.tools,
+    session_key = spec.session_key,
+    exclude_from_context = spec.exclude or false,
+  })
+  if not ok then
+    vim.notify('agent-bash: ' .. tostring(err), vim.log.levels.ERROR)
+    M.fail(run, err)
+  end
+  return run
+end
+
+--- Asks the backend to cancel a run. Safe to call twice and after the run ended.
+---@param run agent_bash.Run
+function M.cancel(run)
+  if run.finished or run.state.cancel_requested then
+    return
+  end
+  run.state.cancel_requested = true
+  local ok, err = require('agent_bash.backend').notify('cancel', { id = run.id })
+  if not ok then
+    M.fail(run, err)
+    return
+  end
+  H.refresh(run)
+end
+
+--- The running bang command, if any.
+---@return agent_bash.Run?
+function M.bang()
+  return H.bang
+end
+
+--- The newest unfinished run, if any.
+---@return agent_bash.Run?
+function M.latest()
+  local best
+  for id, run in pairs(H.runs) do
+    if not best or id > best.id then
+      best = run
+    end
+  end
+  return best
+end
+
+--- Applies one backend event.
+---@param ev table
+function M.on_event(ev)
+  ev = H.denil(ev)
+  local run = H.runs[ev.id]
+  if not run or run.finished then
+    log.debug('event %s for unknown or finished run %s', tostring(ev.type), tostring(ev.id))
+    return
+  end
+  local s = run.state
+  if ev.type == 'update' then
+    s.lines, s.hl = ev.lines or {}, ev.hl or {}
+    s.total_lines, s.elapsed_ms = ev.total_lines or #s.lines, ev.elapsed_ms
+    H.refresh(run)
+    H.call(run, 'on_update', ev)
+  elseif ev.type == 'done' then
+    local result = ev.result or {}
+    s.lines, s.hl = ev.lines or s.lines, ev.hl or {}
+    s.total_lines = result.total_lines or #s.lines
+    s.result = result
+    s.status = require('agent_bash.card').status_of(result)
+    H.finish(run, result)
+  elseif ev.type == 'error' then
+    M.fail(run, ev.message or 'unknown error')
+  else
+    log.warn('unknown event type %s', tostring(ev.type))
+  end
+end
+
+--- Ends a run that could not start or lost its backend: the card shows
+--- `Bash command failed: <message>`, a tool call gets an error result.
+---@param run agent_bash.Run
+---@param message string
+function M.fail(run, message)
+  if run.finished then
+    return
+  end
+  run.state.error = message
+  run.state.status = 'failed'
+  H.finish(run, M.error_result(message))
+end
+
+--- The result a tool call gets when it could not run.
+---@param message string
+---@return agent_bash.BashResult
+function M.error_result(message)
+  return {
+    output = 'Bash command failed: ' .. message,
+    error = message,
+    is_error = true,
+    cancelled = false,
+    timed_out = false,
+    truncated = false,
+    total_lines = 0,
+    total_bytes = 0,
+    output_lines = 0,
+    output_bytes = 0,
+    duration_ms = 0,
+  }
+end
+
+--- Fails every running run (the backend exited).
+---@param code integer
+function M.on_backend_exit(code)
+  log.warn('backend exited with code %d; failing %d running runs', code, vim.tbl_count(H.runs))
+  for _, run in pairs(H.runs) do
+    M.fail(run, 'backend exited')
+  end
+end
+
+-- Helpers -----------------------------------------------------------------------------------
+
+H.runs = {} ---@type table<integer, agent_bash.Run>
+H.next_id = 0
+H.bang = nil ---@type agent_bash.Run?
+
+function H.finish(run, result)
+  run.finished = true
+  H.runs[run.id] = nil
+  if H.bang == run then
+    H.bang = nil
+  end
+  H.refresh(run)
+  H.call(run, 'on_done', result)
+  local ms = require('agent_bash.config').options.card.auto_close
+  if ms and run.card and run.state.origin == 'tool' then
+    vim.defer_fn(function()
+      require('agent_bash.float').close(run.card, { if_unfocused = true })
+    end, ms)
+  end
+end
+
+function H.refresh(run)
+  if run.card then
+    require('agent_bash.float').refresh(run.card)
+  end
+end
+
+--- Calls a caller's callback; its errors are reported, never raised into event handling.
+function H.call(run, name, arg)
+  local fn = run[name]
+  if not fn then
+    return
+  end
+  local ok, err = xpcall(fn, debug.traceback, arg)
+  if not ok then
+    log.error('%s of run %d failed: %s', name, run.id, err)
+    vim.notify(('agent-bash: %s callback failed: %s'):format(name, err), vim.log.levels.ERROR)
+  end
+end
+
+--- msgpack nil arrives as vim.NIL inside tables; absent is what the code means.
+function H.denil(v)
+  if v == vim.NIL then
+    return nil
+  end
+  if type(v) == 'table' then
+    for k, x in pairs(v) do
+      v[k] = H.denil(x)
+    end
+  end
+  return v
+end
+
+return M

@@ -1,0 +1,123 @@
+---@meta
+-- Shared shapes (LuaCATS only; this module has no runtime code).
+
+---@alias agent_bash.Origin 'bang'|'tool'
+---@alias agent_bash.Status 'running'|'done'|'error'|'cancelled'|'timed_out'|'failed'
+
+--- One highlight span sent by the backend: 0-based row into `lines`, byte columns, SGR style.
+---@class agent_bash.HlSpan
+---@field [1] integer row (0-based)
+---@field [2] integer start column (byte, 0-based)
+---@field [3] integer end column (byte, exclusive)
+---@field [4] agent_bash.Style
+
+--- An SGR style; keys are absent when default.
+---@class agent_bash.Style
+---@field fg? integer|string 0-255 or '#rrggbb'
+---@field bg? integer|string
+---@field bold? boolean
+---@field dim? boolean
+---@field italic? boolean
+---@field underline? boolean
+---@field reverse? boolean
+---@field strikethrough? boolean
+
+---@class agent_bash.Truncation
+---@field direction string
+---@field truncated_by 'bytes'|'lines'
+---@field shown_range {start: integer, end: integer}
+---@field limit_bytes? integer window byte limit (default 51200 when absent)
+
+---@class agent_bash.Blocked
+---@field blocked boolean
+---@field rule integer
+---@field suggested_tool string
+---@field message string
+
+--- What the model gets (SPEC §7); snake_case as sent by the backend.
+---@class agent_bash.BashResult
+---@field output string
+---@field exit_code? integer
+---@field cancelled boolean
+---@field timed_out boolean
+---@field truncated boolean
+---@field total_lines integer
+---@field total_bytes integer
+---@field output_lines integer
+---@field output_bytes integer
+---@field artifact_id? integer
+---@field duration_ms integer
+---@field is_error boolean
+---@field shell_restarted? boolean
+---@field timeout_clamped_from? number
+---@field blocked? agent_bash.Blocked
+---@field truncation? agent_bash.Truncation
+---@field error? string set by Lua when the run could not start or the backend died
+
+--- A live update, as passed to `on_update`.
+---@class agent_bash.Update
+---@field id integer
+---@field lines string[] last ≤ 40 display lines
+---@field hl agent_bash.HlSpan[]
+---@field total_lines integer
+---@field total_bytes integer
+---@field elapsed_ms integer
+
+--- Parameters of a tool call (SPEC §9).
+---@class agent_bash.ToolParams
+---@field command string
+---@field timeout? number seconds
+---@field cwd? string
+---@field head? integer
+---@field tail? integer
+---@field tools? string[]
+---@field session_key? string
+
+---@class agent_bash.ToolCallbacks
+---@field on_update? fun(update: agent_bash.Update)
+---@field on_done fun(result: agent_bash.BashResult)
+
+--- Everything `card.lua` needs to draw one run.
+---@class agent_bash.CardState
+---@field origin agent_bash.Origin
+---@field command string
+---@field cwd_label? string cwd shown as `cd <label> && ` (nil when cwd is the project root)
+---@field timeout? number seconds, when the call gave one
+---@field exclude? boolean bang command excluded from context (drawn dimmed)
+---@field status agent_bash.Status
+---@field lines string[] display lines in hand
+---@field hl agent_bash.HlSpan[]
+---@field total_lines integer
+---@field elapsed_ms? integer
+---@field result? agent_bash.BashResult
+---@field error? string why the run failed to start / died
+---@field full_lines? string[] the artifact's text, once loaded
+---@field cancel_requested? boolean
+
+---@class agent_bash.CardOpts
+---@field width integer text width of the window
+---@field expanded boolean
+---@field keys? agent_bash.Keys
+---@field kill_key? string|false
+---@field icons? table<agent_bash.Status, string>
+---@field collapsed_lines? integer
+---@field bang_lines? integer
+
+---@class agent_bash.CardHl
+---@field [1] integer row (0-based)
+---@field [2] integer start column (byte)
+---@field [3] integer end column (byte, exclusive; -1 = end of line)
+---@field [4] string highlight group
+
+---@class agent_bash.Rendered
+---@field lines string[]
+---@field highlights agent_bash.CardHl[]
+---@field styles table<string, agent_bash.Style> ANSI groups used, to be created lazily
+---@field title [string, string][] chunks for the float title
+---@field footer [string, string][] chunks for the float footer
+---@field height integer display rows `lines` take at `width`
+---@field expandable boolean toggling would show more (or less)
+---@field can_load_full boolean truncated with an artifact not loaded yet
+---@field width? integer set by float.lua: the width it was rendered for
+
+return {}
