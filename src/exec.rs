@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::artifacts::ArtifactStore;
+use crate::display::{self, Display, StyledLine};
 use crate::intercept::Interceptor;
 use crate::normalize::{self, Normalized};
 use crate::result::{self, BashResult, Outcome};
@@ -51,6 +52,8 @@ pub struct Request {
     pub tail: Option<usize>,
     pub tools: Option<Vec<String>>,
     pub session_key: Option<String>,
+    /// Keep styled display lines for live updates (Neovim cards).
+    pub display: bool,
 }
 
 /// A live update while a command runs: the current tail (bounded) and the counters.
@@ -59,6 +62,11 @@ pub struct LiveUpdate {
     pub tail: String,
     pub total_bytes: u64,
     pub total_lines: u64,
+    /// Styled display lines (only with `Request::display`): the last
+    /// [`display::LIVE_LINES`] while running, every kept line in the final update.
+    pub lines: Vec<StyledLine>,
+    /// The last update of the run, sent once the output is complete.
+    pub last: bool,
 }
 
 /// Receives throttled live updates.
@@ -222,14 +230,23 @@ impl Runtime {
         );
         let mut sanitizer = Sanitizer::new();
         let mut text = String::new();
+        let mut spans = Vec::new();
+        let mut display = req.display.then(Display::new);
         let mut throttle = Throttle::new(LIVE_UPDATE_INTERVAL);
         let mut feed = |bytes: &[u8]| -> bool {
             text.clear();
-            sanitizer.push(bytes, &mut text);
+            match &mut display {
+                Some(d) => {
+                    spans.clear();
+                    sanitizer.push_styled(bytes, &mut text, &mut spans);
+                    d.push(&text, &spans);
+                }
+                None => sanitizer.push(bytes, &mut text),
+            }
             sink.push(&text);
             if let Some(f) = &on_update {
                 if throttle.ready(Instant::now()) {
-                    f(live(&sink, sanitizer.pending()));
+                    f(live(&sink, display.as_ref(), sanitizer.pending(), false));
                 }
             }
             !sink.should_close()
@@ -242,10 +259,17 @@ impl Runtime {
         let end = shell.run(&norm.command, &cwd, &mut feed, deadline, &cancel).await;
         let _ = run_started;
         text.clear();
-        sanitizer.finish(&mut text);
+        match &mut display {
+            Some(d) => {
+                spans.clear();
+                sanitizer.finish_styled(&mut text, &mut spans);
+                d.push(&text, &spans);
+            }
+            None => sanitizer.finish(&mut text),
+        }
         sink.push(&text);
         if let Some(f) = &on_update {
-            f(live(&sink, ""));
+            f(live(&sink, display.as_ref(), "", true));
         }
         let outcome = match end {
             Ok(end) => {
@@ -381,10 +405,17 @@ impl Runtime {
     }
 }
 
-fn live(sink: &Sink, pending: &str) -> LiveUpdate {
+fn live(sink: &Sink, display: Option<&Display>, pending: &str, last: bool) -> LiveUpdate {
     let mut tail = sink.window().to_string();
     tail.push_str(pending);
-    LiveUpdate { tail, total_bytes: sink.total_bytes(), total_lines: sink.total_lines() }
+    let n = if last { display::MAX_LINES } else { display::LIVE_LINES };
+    LiveUpdate {
+        tail,
+        total_bytes: sink.total_bytes(),
+        total_lines: sink.total_lines(),
+        lines: display.map(|d| d.last(n, pending)).unwrap_or_default(),
+        last,
+    }
 }
 
 /// The environment of every command (SPEC §5, §6): the caller's environment, the agent markers,

@@ -19,6 +19,7 @@
 //! results.
 
 pub mod artifacts;
+pub mod display;
 pub mod error;
 pub mod exec;
 pub mod intercept;

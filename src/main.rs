@@ -25,6 +25,8 @@ struct Cli {
 enum Mode {
     /// Run one tool call and print the model-facing text (print mode).
     Exec(mode::exec::ExecArgs),
+    /// msgpack-RPC over stdio for the Neovim plugin (started by it).
+    Nvim(mode::nvim::NvimArgs),
     /// JSON lines over stdio (`bash`, `abort_bash`, `tool_call`, `abort_tool_call`).
     Rpc(mode::rpc::RpcArgs),
     /// Show what normalization and interception make of a command (one JSON object).
@@ -89,6 +91,7 @@ fn main() {
     let status: anyhow::Result<i32> = match cli.mode {
         Mode::Exec(args) => run_async(mode::exec::run(args)),
         Mode::Rpc(args) => run_async(mode::rpc::run(args)),
+        Mode::Nvim(args) => run_async(mode::nvim::run(args)),
         Mode::Explain(args) => mode::explain::run(args).map_err(Into::into),
         Mode::Sanitize(args) => mode::sanitize::run(args).map_err(Into::into),
         Mode::Watchdog { .. } => Ok(0),

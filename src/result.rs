@@ -75,6 +75,8 @@ pub struct Truncation {
     pub output_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifact_id: Option<u64>,
+    /// The window's byte limit, as the notice shows it (renderers word their own warning).
+    pub limit_bytes: u64,
 }
 
 /// Which end of the output the window keeps; the sink always keeps the tail.
@@ -127,6 +129,7 @@ pub fn shape(
         output_lines: sink.output_lines,
         output_bytes: sink.output_bytes,
         artifact_id: sink.artifact_id,
+        limit_bytes,
     });
 
     let annotation = match outcome {
@@ -436,6 +439,7 @@ mod tests {
                 "output_lines": 1000,
                 "output_bytes": 51100,
                 "artifact_id": 3,
+                "limit_bytes": 51200,
             })
         );
         let without_artifact =

@@ -74,6 +74,7 @@ pub async fn run(args: ExecArgs) -> Result<i32> {
         tail: args.tail,
         tools: args.tools,
         session_key: args.session_key,
+        display: false,
     };
     let res = rt.run(req, cancel, None).await;
     rt.shutdown().await;

@@ -2,6 +2,7 @@
 
 pub mod exec;
 pub mod explain;
+pub mod nvim;
 pub mod rpc;
 pub mod sanitize;
 

@@ -264,7 +264,10 @@ fn get_timeout(obj: &Map<String, Value>) -> std::result::Result<Option<f64>, Str
     }
 }
 
-fn request_from(obj: &Map<String, Value>, origin: Origin) -> std::result::Result<Request, String> {
+pub(crate) fn request_from(
+    obj: &Map<String, Value>,
+    origin: Origin,
+) -> std::result::Result<Request, String> {
     let command = get_str(obj, "command")?.ok_or("missing \"command\"")?;
     let tools = match obj.get("tools") {
         None | Some(Value::Null) => None,
@@ -284,6 +287,7 @@ fn request_from(obj: &Map<String, Value>, origin: Origin) -> std::result::Result
         tail: get_count(obj, "tail")?,
         tools,
         session_key: get_str(obj, "session_key")?,
+        display: false,
     })
 }
 

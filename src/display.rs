@@ -1,0 +1,206 @@
+//! The display path (SPEC §4.1 "Ours", §8): the last lines of a run with their SGR colour spans,
+//! for Neovim cards. The model never sees this; it gets the sink's plain text.
+//!
+//! Bounded like everything else: at most [`MAX_LINES`] lines and [`MAX_BYTES`] bytes are kept,
+//! and each line keeps its first [`LINE_CLAMP_CHARS`] characters; the rest is counted and shown
+//! as `… [<K> chars omitted]` (SPEC §8.2), so a gigabyte on one line costs nothing.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::sanitize::{Span, Style};
+
+/// Characters of one line shown in a card (SPEC §8.2).
+pub const LINE_CLAMP_CHARS: usize = 4000;
+/// Lines kept for an expanded card: as many as the model-facing window.
+pub const MAX_LINES: usize = 2000;
+/// Bytes kept in all (clamped lines of wide characters could otherwise reach 32 MB).
+pub const MAX_BYTES: usize = 256 * 1024;
+/// Lines sent with a live update: enough for any collapsed or live card.
+pub const LIVE_LINES: usize = 40;
+
+/// One display line with its styled byte ranges (offsets into `text`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StyledLine {
+    pub text: String,
+    pub spans: Vec<Span>,
+    /// Characters past the clamp, not kept.
+    #[serde(skip)]
+    omitted: u64,
+    #[serde(skip)]
+    chars: usize,
+}
+
+impl StyledLine {
+    /// The line as shown: clamped text plus the omitted-characters suffix.
+    pub fn shown(&self) -> String {
+        if self.omitted == 0 {
+            self.text.clone()
+        } else {
+            format!("{}… [{} chars omitted]", self.text, self.omitted)
+        }
+    }
+
+    fn append(&mut self, seg: &str, seg_offset: usize, spans: &[Span]) {
+        let room = LINE_CLAMP_CHARS.saturating_sub(self.chars);
+        let (kept, rest_chars) = match seg.char_indices().nth(room) {
+            Some((cut, _)) => (&seg[..cut], seg[cut..].chars().count()),
+            None => (seg, 0),
+        };
+        let base = self.text.len();
+        for sp in spans {
+            let (s, e) = (sp.start.max(seg_offset), sp.end.min(seg_offset + kept.len()));
+            if s < e {
+                self.spans.push(Span {
+                    start: base + s - seg_offset,
+                    end: base + e - seg_offset,
+                    style: sp.style,
+                });
+            }
+        }
+        self.text.push_str(kept);
+        self.chars += kept.chars().count();
+        self.omitted += rest_chars as u64;
+    }
+}
+
+/// The last lines of a run, styled.
+#[derive(Debug, Default)]
+pub struct Display {
+    lines: VecDeque<StyledLine>,
+    bytes: usize,
+    /// The line being written (no newline yet).
+    current: StyledLine,
+}
+
+impl Display {
+    pub fn new() -> Display {
+        Display::default()
+    }
+
+    /// Takes sanitized text and the spans the sanitizer produced for it (offsets into `text`).
+    pub fn push(&mut self, text: &str, spans: &[Span]) {
+        let mut offset = 0;
+        for seg in text.split_inclusive('\n') {
+            let body = seg.strip_suffix('\n');
+            let content = body.unwrap_or(seg);
+            self.current.append(content, offset, spans);
+            if body.is_some() {
+                let line = std::mem::take(&mut self.current);
+                self.bytes += line.text.len();
+                self.lines.push_back(line);
+                while self.lines.len() > MAX_LINES || self.bytes > MAX_BYTES {
+                    match self.lines.pop_front() {
+                        Some(old) => self.bytes -= old.text.len(),
+                        None => break,
+                    }
+                }
+            }
+            offset += seg.len();
+        }
+    }
+
+    /// The last `n` lines, with `pending` (the sanitizer's unterminated line, unstyled) after the
+    /// current partial line when there is one.
+    pub fn last(&self, n: usize, pending: &str) -> Vec<StyledLine> {
+        let mut current = self.current.clone();
+        if !pending.is_empty() {
+            current.append(pending, 0, &[]);
+        }
+        let has_current = !current.text.is_empty() || current.omitted > 0;
+        let take = n.saturating_sub(usize::from(has_current)).min(self.lines.len());
+        let mut out: Vec<StyledLine> =
+            self.lines.iter().skip(self.lines.len() - take).cloned().collect();
+        if has_current {
+            out.push(current);
+        }
+        out
+    }
+}
+
+/// A style in the shape the Lua side takes (`{fg = 1 | '#rrggbb', bold = true, …}`), as JSON.
+pub fn style_json(style: &Style) -> serde_json::Value {
+    use crate::sanitize::Color;
+    let color = |c: &Color| match c {
+        Color::Indexed(i) => serde_json::json!(i),
+        Color::Rgb(r, g, b) => serde_json::json!(format!("#{r:02x}{g:02x}{b:02x}")),
+    };
+    let mut m = serde_json::Map::new();
+    if let Some(c) = &style.fg {
+        m.insert("fg".into(), color(c));
+    }
+    if let Some(c) = &style.bg {
+        m.insert("bg".into(), color(c));
+    }
+    for (k, v) in [
+        ("bold", style.bold),
+        ("dim", style.dim),
+        ("italic", style.italic),
+        ("underline", style.underline),
+        ("reverse", style.reverse),
+        ("strikethrough", style.strikethrough),
+    ] {
+        if v {
+            m.insert(k.into(), serde_json::Value::Bool(true));
+        }
+    }
+    serde_json::Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sanitize::{Color, Sanitizer};
+
+    fn feed(d: &mut Display, bytes: &[u8]) {
+        let mut s = Sanitizer::new();
+        let (mut out, mut spans) = (String::new(), Vec::new());
+        s.push_styled(bytes, &mut out, &mut spans);
+        s.finish_styled(&mut out, &mut spans);
+        d.push(&out, &spans);
+    }
+
+    #[test]
+    fn display_keeps_colours_per_line() {
+        let mut d = Display::new();
+        feed(&mut d, b"plain\n\x1b[31mred\x1b[0m and \x1b[1mbold\x1b[0m\n");
+        let lines = d.last(10, "");
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1].text, "red and bold");
+        let red = Style { fg: Some(Color::Indexed(1)), ..Style::default() };
+        let bold = Style { bold: true, ..Style::default() };
+        assert_eq!(
+            lines[1].spans,
+            vec![Span { start: 0, end: 3, style: red }, Span { start: 8, end: 12, style: bold }]
+        );
+        assert_eq!(style_json(&red), serde_json::json!({"fg": 1}));
+    }
+
+    #[test]
+    fn display_clamps_long_lines_and_bounds_memory() {
+        let mut d = Display::new();
+        let long = "é".repeat(LINE_CLAMP_CHARS + 5);
+        d.push(&format!("{long}\n"), &[]);
+        let l = &d.last(1, "")[0];
+        assert_eq!(l.text.chars().count(), LINE_CLAMP_CHARS);
+        assert_eq!(l.shown(), format!("{}… [5 chars omitted]", "é".repeat(LINE_CLAMP_CHARS)));
+        for i in 0..5000 {
+            d.push(&format!("{i}\n"), &[]);
+        }
+        assert_eq!(d.lines.len(), MAX_LINES);
+        assert_eq!(
+            d.last(2, "part").iter().map(|l| l.text.as_str()).collect::<Vec<_>>(),
+            ["4999", "part"]
+        );
+    }
+
+    #[test]
+    fn display_line_continues_across_pushes() {
+        let mut d = Display::new();
+        d.push("abc", &[]);
+        d.push("def\nx", &[]);
+        let lines = d.last(5, "");
+        assert_eq!(lines.iter().map(|l| l.text.as_str()).collect::<Vec<_>>(), ["abcdef", "x"]);
+    }
+}

@@ -1,0 +1,310 @@
+//! `agent-bash nvim`: msgpack-RPC over stdio for the Lua plugin (nvim-rs). Decode, call the
+//! runtime, encode; no business logic here.
+//!
+//! Contract with `lua/agent_bash/backend.lua`:
+//! * requests (answered at once): `hello {version}` → `{version, pid, session_dir}`;
+//!   `ping` → `"pong"`; `artifact {url}` → the artifact's text, or an error whose message is
+//!   the exact SPEC §4.3 text.
+//! * notifications (long work; never block the dispatch loop): `run {id, origin, command, cwd,
+//!   timeout?, head?, tail?, tools?, session_key?, exclude_from_context}`, `cancel {id}`.
+//! * events pushed back with `nvim_exec_lua` →
+//!   `require('agent_bash.backend')._on_event(ev)`: `update` (throttled by the runtime to at
+//!   most 20 per second per run, and coalesced: a slow editor gets the latest state, never a
+//!   queue), then exactly one `done` (result + every kept display line) or `error`.
+//!
+//! When Neovim closes the channel, every run is cancelled, every shell killed, and the process
+//! exits.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use nvim_rs::compat::tokio::Compat;
+use nvim_rs::{Handler, Neovim};
+use rmpv::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::display::{style_json, StyledLine};
+use crate::exec::{LiveUpdate, Origin, Runtime, Settings, UpdateFn};
+use crate::Result;
+
+type Writer = Compat<tokio::fs::File>;
+type Nvim = Neovim<Writer>;
+
+/// Flags of `agent-bash nvim`.
+#[derive(Debug, clap::Args)]
+pub struct NvimArgs {
+    /// Settings file (TOML).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// State directory (artifacts, snapshots); Neovim passes `stdpath('state')/agent_bash`.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+}
+
+const EVENT_LUA: &str = "return require('agent_bash.backend')._on_event(...)";
+
+#[derive(Clone)]
+struct Backend {
+    rt: Arc<Runtime>,
+    runs: Arc<Mutex<HashMap<i64, CancellationToken>>>,
+}
+
+/// Runs the msgpack-RPC mode until Neovim closes the channel.
+pub async fn run(args: NvimArgs) -> Result<i32> {
+    let mut settings = match &args.config {
+        Some(p) => Settings::load(p)?,
+        None => Settings::default(),
+    };
+    if settings.state_dir.is_none() {
+        settings.state_dir = args.state_dir.clone();
+    }
+    let rt = super::start_runtime(settings)?;
+    tokio::spawn(rt.clone().evict_loop());
+    let backend = Backend { rt: rt.clone(), runs: Arc::default() };
+    let (_nvim, io) = nvim_rs::create::tokio::new_parent(backend.clone())
+        .await
+        .map_err(|e| crate::Error::InvalidInput(format!("cannot talk to Neovim: {e}")))?;
+    tokio::select! {
+        r = io => {
+            match r {
+                Ok(Ok(())) => tracing::info!("Neovim closed the channel"),
+                Ok(Err(e)) if e.is_channel_closed() => tracing::info!("Neovim closed the channel"),
+                Ok(Err(e)) => tracing::warn!("RPC loop ended: {e}"),
+                Err(e) => tracing::warn!("RPC loop failed: {e}"),
+            }
+        }
+        _ = super::wait_for_signal() => tracing::info!("signal: stopping"),
+    }
+    if let Ok(runs) = backend.runs.lock() {
+        runs.values().for_each(|c| c.cancel());
+    }
+    rt.shutdown().await;
+    Ok(0)
+}
+
+#[async_trait::async_trait]
+impl Handler for Backend {
+    type Writer = Writer;
+
+    async fn handle_request(
+        &self,
+        name: String,
+        args: Vec<Value>,
+        _nvim: Nvim,
+    ) -> std::result::Result<Value, Value> {
+        let params = params(&args);
+        match name.as_str() {
+            "hello" => {
+                let theirs = params.get("version").and_then(|v| v.as_str()).unwrap_or("?");
+                tracing::info!("hello from the Lua plugin {theirs}");
+                Ok(map(vec![
+                    ("version", Value::from(env!("CARGO_PKG_VERSION"))),
+                    ("pid", Value::from(std::process::id())),
+                    ("session_dir", Value::from(self.rt.store().dir().to_string_lossy().as_ref())),
+                ]))
+            }
+            "ping" => Ok(Value::from("pong")),
+            "artifact" => {
+                let url = params.get("url").and_then(|v| v.as_str()).unwrap_or("");
+                crate::artifacts::resolve(Some(self.rt.store()), url)
+                    .map(Value::from)
+                    .map_err(|e| Value::from(e.to_string()))
+            }
+            other => Err(Value::from(format!("Unknown request: {other}"))),
+        }
+    }
+
+    async fn handle_notify(&self, name: String, args: Vec<Value>, nvim: Nvim) {
+        let params = params(&args);
+        match name.as_str() {
+            "run" => {
+                let this = self.clone();
+                tokio::spawn(async move { this.run(params, nvim).await });
+            }
+            "cancel" => {
+                let id = params.get("id").and_then(|v| v.as_i64()).unwrap_or(-1);
+                if let Ok(runs) = self.runs.lock() {
+                    if let Some(c) = runs.get(&id) {
+                        c.cancel();
+                    }
+                }
+            }
+            other => tracing::warn!("unknown notification {other}"),
+        }
+    }
+}
+
+impl Backend {
+    async fn run(&self, params: serde_json::Map<String, serde_json::Value>, nvim: Nvim) {
+        let id = params.get("id").and_then(|v| v.as_i64()).unwrap_or(-1);
+        let origin = match params.get("origin").and_then(|v| v.as_str()) {
+            Some("tool") => Origin::Tool,
+            _ => Origin::Bang,
+        };
+        let mut req = match super::rpc::request_from(&params, origin) {
+            Ok(r) => r,
+            Err(e) => return send(&nvim, error_event(id, &e)).await,
+        };
+        req.display = true;
+        let cancel = CancellationToken::new();
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.insert(id, cancel.clone());
+        }
+        // Live updates: the latest one wins (bounded whatever the editor's speed); the final one
+        // is kept aside for the `done` event.
+        let (tx, mut rx) = watch::channel::<Option<LiveUpdate>>(None);
+        let last: Arc<Mutex<Option<LiveUpdate>>> = Arc::default();
+        let keep = last.clone();
+        let on_update: UpdateFn = Arc::new(move |u: LiveUpdate| {
+            if u.last {
+                if let Ok(mut l) = keep.lock() {
+                    *l = Some(u);
+                }
+            } else {
+                tx.send_replace(Some(u));
+            }
+        });
+        let updater_nvim = nvim.clone();
+        let started = std::time::Instant::now();
+        let updater = tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let Some(u) = rx.borrow_and_update().clone() else { continue };
+                let ev = update_event(id, &u, started.elapsed().as_millis() as u64);
+                send(&updater_nvim, ev).await;
+            }
+        });
+        let res = self.rt.run(req, cancel, Some(on_update)).await;
+        // The sender lives in the callback, which the runtime has dropped by now.
+        let _ = updater.await;
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.remove(&id);
+        }
+        let ev = match res {
+            Ok(result) => {
+                let lines = last
+                    .lock()
+                    .ok()
+                    .and_then(|mut l| l.take())
+                    .map(|u| u.lines)
+                    .unwrap_or_default();
+                let mut ev = vec![
+                    ("type", Value::from("done")),
+                    ("id", Value::from(id)),
+                    ("result", json_to_msgpack(&serde_json::to_value(&result).unwrap_or_default())),
+                ];
+                ev.extend(lines_and_hl(&lines));
+                map(ev)
+            }
+            Err(e) => error_event(id, &e.to_string()),
+        };
+        send(&nvim, ev).await;
+    }
+}
+
+async fn send(nvim: &Nvim, ev: Value) {
+    if let Err(e) = nvim.exec_lua(EVENT_LUA, vec![ev]).await {
+        tracing::warn!("event not delivered: {e}");
+    }
+}
+
+fn error_event(id: i64, message: &str) -> Value {
+    map(vec![
+        ("type", Value::from("error")),
+        ("id", Value::from(id)),
+        ("message", Value::from(message)),
+    ])
+}
+
+fn update_event(id: i64, u: &LiveUpdate, elapsed_ms: u64) -> Value {
+    let mut ev = vec![
+        ("type", Value::from("update")),
+        ("id", Value::from(id)),
+        ("total_lines", Value::from(u.total_lines)),
+        ("total_bytes", Value::from(u.total_bytes)),
+        ("elapsed_ms", Value::from(elapsed_ms)),
+    ];
+    ev.extend(lines_and_hl(&u.lines));
+    map(ev)
+}
+
+/// `lines` (as shown, clamped) and `hl` (`{row0, col_start, col_end, style}`) for Lua.
+fn lines_and_hl(lines: &[StyledLine]) -> [(&'static str, Value); 2] {
+    let mut hl = Vec::new();
+    for (row, line) in lines.iter().enumerate() {
+        for sp in &line.spans {
+            hl.push(Value::Array(vec![
+                Value::from(row as u64),
+                Value::from(sp.start as u64),
+                Value::from(sp.end as u64),
+                json_to_msgpack(&style_json(&sp.style)),
+            ]));
+        }
+    }
+    let text = lines.iter().map(|l| Value::from(l.shown())).collect();
+    [("lines", Value::Array(text)), ("hl", Value::Array(hl))]
+}
+
+fn map(entries: Vec<(&str, Value)>) -> Value {
+    Value::Map(entries.into_iter().map(|(k, v)| (Value::from(k), v)).collect())
+}
+
+/// The first argument of a call as a JSON object (Lua tables arrive as msgpack maps).
+fn params(args: &[Value]) -> serde_json::Map<String, serde_json::Value> {
+    match args.first().map(msgpack_to_json) {
+        Some(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
+fn msgpack_to_json(v: &Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        Value::Nil => J::Null,
+        Value::Boolean(b) => J::Bool(*b),
+        Value::Integer(i) => {
+            i.as_i64().map(J::from).or_else(|| i.as_u64().map(J::from)).unwrap_or(J::Null)
+        }
+        Value::F32(f) => serde_json::Number::from_f64(f64::from(*f)).map_or(J::Null, J::Number),
+        Value::F64(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+        Value::String(s) => J::String(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        Value::Binary(b) => J::String(String::from_utf8_lossy(b).into_owned()),
+        Value::Array(a) => J::Array(a.iter().map(msgpack_to_json).collect()),
+        Value::Map(m) => J::Object(
+            m.iter()
+                .filter_map(|(k, v)| {
+                    let key = match k {
+                        Value::String(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+                        other => other.to_string(),
+                    };
+                    // vim.NIL and absent keys mean the same: not given.
+                    (!v.is_nil()).then(|| (key, msgpack_to_json(v)))
+                })
+                .collect(),
+        ),
+        Value::Ext(_, _) => J::Null,
+    }
+}
+
+fn json_to_msgpack(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::Nil,
+        J::Bool(b) => Value::from(*b),
+        J::Number(n) => n
+            .as_i64()
+            .map(Value::from)
+            .or_else(|| n.as_u64().map(Value::from))
+            .or_else(|| n.as_f64().map(Value::from))
+            .unwrap_or(Value::Nil),
+        J::String(s) => Value::from(s.as_str()),
+        J::Array(a) => Value::Array(a.iter().map(json_to_msgpack).collect()),
+        J::Object(m) => Value::Map(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (Value::from(k.as_str()), json_to_msgpack(v)))
+                .collect(),
+        ),
+    }
+}
