@@ -30,6 +30,12 @@ fn nvim_bin() -> String {
 
 impl Editor {
     pub async fn start() -> Editor {
+        Editor::start_sized(true).await
+    }
+
+    /// `resize = false` keeps the 80×24 grid (`:checkhealth` trips an assertion in 0.11.4 after
+    /// a headless resize).
+    pub async fn start_sized(resize: bool) -> Editor {
         let home = tempfile::tempdir().unwrap();
         let repo = env!("CARGO_MANIFEST_DIR");
         let mut cmd = tokio::process::Command::new(nvim_bin());
@@ -43,10 +49,12 @@ impl Editor {
             .kill_on_drop(true);
         let (nvim, _io, child) = new_child_cmd(&mut cmd, Dummy::new()).await.unwrap();
         let ed = Editor { nvim, _child: child, home };
-        ed.cmd("set lines=40 columns=120").await;
+        if resize {
+            ed.cmd("set lines=40 columns=120").await;
+        }
         ed.lua(&format!("require('agent_bash').setup({{bin = {BIN:?}}})")).await;
-        // `--clean` skips plugin/ files from the rtp entry added with --cmd? No: load it explicitly.
-        ed.cmd("runtime plugin/agent_bash.lua").await;
+        // `--embed --headless` loads plugin/ files from the rtp; make sure ours is there.
+        ed.wait_lua("vim.fn.exists(':AgentBash') == 2").await;
         ed
     }
 
@@ -156,4 +164,179 @@ async fn nvim_bang_success_card() {
     let card = ed.card_done().await;
     eprintln!("{card:#?}");
     snapshot("bang_success", &card);
+}
+
+impl Editor {
+    /// `:messages` as text.
+    pub async fn messages(&self) -> String {
+        let v = self.lua("return vim.api.nvim_exec2('messages', {output = true}).output").await;
+        v.as_str().unwrap_or("").to_string()
+    }
+
+    /// Starts a tool call from Lua; the result lands in `_G.results[name]`.
+    pub async fn tool_call(&self, name: &str, params: &str) {
+        self.lua(&format!(
+            "_G.results = _G.results or {{}}; _G.handles = _G.handles or {{}}
+             _G.handles[{name:?}] = require('agent_bash').tool_call({params}, {{on_done = function(r) _G.results[{name:?}] = r end}})"
+        ))
+        .await;
+    }
+
+    pub async fn tool_result(&self, name: &str, field: &str) -> Value {
+        self.wait_lua(&format!("_G.results and _G.results[{name:?}]")).await;
+        self.lua(&format!("return _G.results[{name:?}].{field}")).await
+    }
+}
+
+#[tokio::test]
+async fn nvim_bang_failure_and_dimmed_exclusion() {
+    let ed = Editor::start().await;
+    ed.cmd("AgentBash echo oops; exit 3").await;
+    let card = ed.card_done().await;
+    snapshot("bang_exit_3", &card);
+    ed.cmd("AgentBash! echo private").await;
+    let card = ed.card_done().await;
+    snapshot("bang_excluded", &card);
+    // Excluded commands are drawn dimmed: every line carries the dim highlight.
+    let dim = ed
+        .lua(&format!(
+            "local marks = vim.api.nvim_buf_get_extmarks({}, -1, 0, -1, {{details = true}})
+             for _, m in ipairs(marks) do if m[4].hl_group == 'AgentBashDim' then return true end end
+             return false",
+            card.buf
+        ))
+        .await;
+    assert_eq!(dim, Value::Boolean(true));
+}
+
+#[tokio::test]
+async fn nvim_second_bang_refused_and_esc_cancels() {
+    let ed = Editor::start().await;
+    ed.cmd("AgentBash echo started; sleep 30").await;
+    ed.wait_lua("(function() local c = require('agent_bash.float').cards()[1]; return c and #c.run.state.lines > 0 end)()").await;
+    let running = ed.card().await;
+    snapshot("bang_running", &running);
+    ed.cmd("AgentBash echo second").await;
+    let msgs = ed.messages().await;
+    assert!(
+        msgs.contains("A bash command is already running. Press Esc to cancel it first."),
+        "{msgs}"
+    );
+    // The bang card has the focus: <Esc> cancels.
+    ed.nvim.input("<Esc>").await.unwrap();
+    let card = ed.card_done().await;
+    assert_eq!(card.status, "cancelled");
+    snapshot("bang_cancelled", &card);
+}
+
+#[tokio::test]
+async fn nvim_colours_become_extmarks() {
+    let ed = Editor::start().await;
+    ed.cmd(r"AgentBash printf '\e[31mred\e[0m plain\n'").await;
+    let card = ed.card_done().await;
+    assert!(card.lines.iter().any(|l| l == "red plain"), "{card:?}");
+    let v = ed
+        .lua(&format!(
+            "for _, m in ipairs(vim.api.nvim_buf_get_extmarks({}, -1, 0, -1, {{details = true}})) do
+               local g = m[4].hl_group
+               if g and g:match('^AgentBashAnsi') then
+                 local hl = vim.api.nvim_get_hl(0, {{name = g, link = false}})
+                 return {{m[3], m[4].end_col, hl.fg ~= nil, hl.ctermfg}}
+               end
+             end",
+            card.buf
+        ))
+        .await;
+    let a = v.as_array().expect("an ANSI highlight on the card");
+    assert_eq!(a[0].as_i64(), Some(0), "starts at column 0: {v:?}");
+    assert_eq!(a[1].as_i64(), Some(3), "covers `red`: {v:?}");
+    assert_eq!(a[2], Value::Boolean(true));
+    assert_eq!(a[3].as_i64(), Some(1), "terminal colour 1: {v:?}");
+}
+
+#[tokio::test]
+async fn nvim_tool_call_timeout_truncation_and_toggle() {
+    let ed = Editor::start().await;
+    ed.tool_call("t", "{command = 'echo before; sleep 10', timeout = 1}").await;
+    let out = ed.tool_result("t", "output").await;
+    assert!(out.as_str().unwrap().starts_with("[Command timed out after 1 seconds]"), "{out:?}");
+    let card = ed.card_done().await;
+    snapshot("tool_timeout", &card);
+
+    ed.tool_call("big", "{command = 'seq 1 100000'}").await;
+    let out = ed.tool_result("big", "output").await;
+    let out = out.as_str().unwrap();
+    assert!(
+        out.ends_with("[Showing lines 98001-100000 of 100000 (50.0KB limit). Full: artifact://0]"),
+        "{}",
+        &out[out.len() - 100..]
+    );
+    let card = ed.card_done().await;
+    snapshot("tool_truncated_collapsed", &card);
+    ed.lua("local cs = require('agent_bash.float').cards(); require('agent_bash.float').toggle(cs[#cs])").await;
+    let expanded = ed.card().await;
+    assert!(expanded.lines.len() > card.lines.len());
+    assert!(expanded.lines.iter().any(|l| l == "98001"));
+    assert!(expanded.lines.iter().any(|l| l.contains("artifact://0")));
+    // Loading the full artifact drops the truncation warning.
+    ed.lua("local cs = require('agent_bash.float').cards(); require('agent_bash.float').load_full(cs[#cs])").await;
+    let full = ed.card().await;
+    assert!(full.lines.iter().any(|l| l == "1"), "full artifact loaded");
+    assert!(!full.lines.iter().any(|l| l.contains("Truncated:")));
+}
+
+#[tokio::test]
+async fn nvim_artifact_buffers_and_errors() {
+    let ed = Editor::start().await;
+    ed.tool_call("big", "{command = 'seq 1 30000'}").await;
+    ed.tool_result("big", "artifact_id").await;
+    ed.cmd("edit artifact://0").await;
+    let v = ed.lua("return {vim.api.nvim_buf_line_count(0), vim.fn.getline(1), vim.fn.getline('$'), vim.bo.modifiable, vim.bo.readonly}").await;
+    let a = v.as_array().unwrap();
+    assert_eq!(a[0].as_i64(), Some(30000));
+    assert_eq!(a[1].as_str(), Some("1"));
+    assert_eq!(a[2].as_str(), Some("30000"));
+    assert_eq!(a[3], Value::Boolean(false));
+    for (url, msg) in [
+        ("artifact://", "artifact:// URL requires a numeric ID: artifact://0"),
+        ("artifact://abc", "artifact:// ID must be numeric, got: abc"),
+        ("artifact://7", "Artifact 7 not found. Available: 0"),
+    ] {
+        let _ = ed.nvim.command(&format!("edit {url}")).await;
+        let msgs = ed.messages().await;
+        assert!(msgs.contains(msg), "{url}: {msgs}");
+    }
+}
+
+#[tokio::test]
+async fn nvim_backend_crash_reported_once_and_restarted() {
+    let ed = Editor::start().await;
+    ed.cmd("AgentBash echo one").await;
+    ed.card_done().await;
+    let pid = ed.lua("return require('agent_bash.backend').info().pid").await.as_i64().unwrap();
+    // SAFETY: killing the backend the editor started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    ed.wait_lua("require('agent_bash.backend').info().pid == nil").await;
+    let msgs = ed.messages().await;
+    assert_eq!(msgs.matches("agent-bash: backend exited").count(), 1, "{msgs}");
+    ed.cmd("AgentBash echo two").await;
+    let card = ed.card_done().await;
+    assert!(card.lines.iter().any(|l| l == "two"), "{card:?}");
+    let new_pid = ed.lua("return require('agent_bash.backend').info().pid").await.as_i64().unwrap();
+    assert_ne!(pid, new_pid);
+    assert_eq!(ed.messages().await.matches("agent-bash: backend exited").count(), 1);
+}
+
+#[tokio::test]
+async fn nvim_checkhealth_reports_versions_and_ping() {
+    let ed = Editor::start_sized(false).await;
+    ed.cmd("checkhealth agent_bash").await;
+    let text =
+        ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
+    let text = text.as_str().unwrap();
+    for want in ["Neovim 0.11", "binary: ", "version: agent-bash 0.1.0", "log file: ", "ping: pong"]
+    {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+    assert!(!text.contains("ERROR"), "{text}");
 }
