@@ -17,7 +17,7 @@ type Nvim = Neovim<Compat<ChildStdin>>;
 pub struct Editor {
     pub nvim: Nvim,
     _child: tokio::process::Child,
-    pub home: tempfile::TempDir,
+    _home: tempfile::TempDir,
 }
 
 fn nvim_bin() -> String {
@@ -48,7 +48,7 @@ impl Editor {
             .current_dir(home.path())
             .kill_on_drop(true);
         let (nvim, _io, child) = new_child_cmd(&mut cmd, Dummy::new()).await.unwrap();
-        let ed = Editor { nvim, _child: child, home };
+        let ed = Editor { nvim, _child: child, _home: home };
         if resize {
             ed.cmd("set lines=40 columns=120").await;
         }
