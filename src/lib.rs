@@ -27,6 +27,7 @@ pub mod mode;
 pub mod normalize;
 pub mod result;
 pub mod sanitize;
+pub mod session;
 pub mod shellwords;
 pub mod sink;
 pub mod validate;

@@ -56,6 +56,10 @@ pub struct BashResult {
     pub waited_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncation: Option<Truncation>,
+    /// The command's own text (head/tail applied, window-bounded) without annotations or
+    /// notices: what session recording fences for the agent's context (SPEC §10).
+    #[serde(skip)]
+    pub text: String,
     /// Non-zero or missing exit status, timeout or cancel.
     pub is_error: bool,
     /// The interception (§2) that blocked the command instead of running it.
@@ -179,6 +183,7 @@ pub fn shape(
         artifact_id: sink.artifact_id,
         duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
         truncation,
+        text: sink.text.clone(),
         is_error: *outcome != Outcome::Exited(0),
         ..BashResult::default()
     }
@@ -203,7 +208,8 @@ pub fn format_size(bytes: u64) -> String {
 }
 
 /// `[Showing lines A-B of T (<size> limit). Full: artifact://<id>]`.
-fn truncation_notice(truncation: &Truncation, limit_bytes: u64) -> String {
+/// `[Showing lines A-B of T (<size> limit). Full: artifact://<id>]` (SPEC §7).
+pub fn truncation_notice(truncation: &Truncation, limit_bytes: u64) -> String {
     let ShownRange { start, end } = truncation.shown_range;
     let mut notice = format!(
         "[Showing lines {start}-{end} of {} ({} limit)",

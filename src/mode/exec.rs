@@ -58,7 +58,7 @@ pub async fn run(args: ExecArgs) -> Result<i32> {
         None => Settings::default(),
     };
     let timeout = args.timeout.as_deref().map(parse_timeout_flag).transpose()?;
-    let rt = super::start_runtime(settings)?;
+    let rt = super::start_runtime(settings, None)?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {

@@ -44,13 +44,68 @@ pub async fn wait_for_signal() {
 
 /// Everything a mode that runs commands does at start: retention, the runtime for a new
 /// session, and the watchdog that cleans up if the backend dies.
-pub fn start_runtime(settings: Settings) -> crate::Result<Arc<Runtime>> {
+///
+/// `session_id` names the editor session (its artifacts and its record live in
+/// `<state>/sessions/<id>`): a backend restarted for the same session keeps both.
+pub fn start_runtime(settings: Settings, session_id: Option<&str>) -> crate::Result<Arc<Runtime>> {
     let root = state_root(&settings);
     prune_artifacts(&root, &settings);
-    let dir = crate::exec::new_session_dir(&root);
+    let dir = match session_id {
+        Some(id) => {
+            let valid = !id.is_empty()
+                && id.len() <= 128
+                && !id.starts_with('.')
+                && id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+            if !valid {
+                return Err(crate::Error::InvalidInput(format!(
+                    "invalid session id {id:?}: use letters, digits, '.', '_' and '-'"
+                )));
+            }
+            root.join("sessions").join(id)
+        }
+        None => crate::exec::new_session_dir(&root),
+    };
     let rt = Arc::new(Runtime::new(settings, dir, std::env::current_dir()?)?);
     if let Err(e) = procs::spawn_watchdog(rt.owner()) {
         tracing::warn!("no watchdog: processes may outlive a killed backend: {e}");
     }
     Ok(rt)
+}
+
+/// Records a finished bang command in the session's JSONL file (SPEC §10); failures are logged.
+pub fn record_bang(
+    rt: &Runtime,
+    command: &str,
+    cwd: &Path,
+    result: &crate::result::BashResult,
+    exclude: bool,
+) {
+    let rec = crate::session::BashExecution::from_result(
+        command,
+        cwd,
+        result,
+        rt.settings().limits.max_bytes as u64,
+        exclude,
+    );
+    let log = crate::session::SessionLog::new(rt.store().dir());
+    if let Err(e) = log.append(&rec) {
+        tracing::warn!("could not record {command:?} in {}: {e}", log.path().display());
+    }
+}
+
+/// The agent's context from the session record: `[{role = "user", content}]`, oldest first.
+pub fn context_json(rt: &Runtime) -> serde_json::Value {
+    let log = crate::session::SessionLog::new(rt.store().dir());
+    serde_json::Value::Array(
+        log.context()
+            .into_iter()
+            .map(|content| serde_json::json!({"role": "user", "content": content}))
+            .collect(),
+    )
+}
+
+/// Every recorded bang command of the session, oldest first.
+pub fn history_json(rt: &Runtime) -> serde_json::Value {
+    let log = crate::session::SessionLog::new(rt.store().dir());
+    serde_json::to_value(log.load()).unwrap_or_default()
 }

@@ -41,6 +41,10 @@ pub struct NvimArgs {
     /// State directory (artifacts, snapshots); Neovim passes `stdpath('state')/agent_bash`.
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Editor session id (the plugin passes one per Neovim instance, so a restarted backend
+    /// keeps the session's artifacts and record).
+    #[arg(long)]
+    pub session_id: Option<String>,
 }
 
 const EVENT_LUA: &str = "return require('agent_bash.backend')._on_event(...)";
@@ -60,7 +64,7 @@ pub async fn run(args: NvimArgs) -> Result<i32> {
     if settings.state_dir.is_none() {
         settings.state_dir = args.state_dir.clone();
     }
-    let rt = super::start_runtime(settings)?;
+    let rt = super::start_runtime(settings, args.session_id.as_deref())?;
     tokio::spawn(rt.clone().evict_loop());
     let backend = Backend { rt: rt.clone(), runs: Arc::default() };
     let (_nvim, io) = nvim_rs::create::tokio::new_parent(backend.clone())
@@ -106,6 +110,8 @@ impl Handler for Backend {
                 ]))
             }
             "ping" => Ok(Value::from("pong")),
+            "get_context" => Ok(json_to_msgpack(&super::context_json(&self.rt))),
+            "history" => Ok(json_to_msgpack(&super::history_json(&self.rt))),
             "artifact" => {
                 let url = params.get("url").and_then(|v| v.as_str()).unwrap_or("");
                 crate::artifacts::resolve(Some(self.rt.store()), url)
@@ -148,6 +154,8 @@ impl Backend {
             Err(e) => return send(&nvim, error_event(id, &e)).await,
         };
         req.display = true;
+        let exclude = params.get("exclude_from_context").and_then(|v| v.as_bool()).unwrap_or(false);
+        let (command, cwd) = (req.command.clone(), req.cwd.clone().unwrap_or_default());
         let cancel = CancellationToken::new();
         if let Ok(mut runs) = self.runs.lock() {
             runs.insert(id, cancel.clone());
@@ -183,6 +191,15 @@ impl Backend {
         }
         let ev = match res {
             Ok(result) => {
+                if origin == Origin::Bang {
+                    super::record_bang(
+                        &self.rt,
+                        &command,
+                        std::path::Path::new(&cwd),
+                        &result,
+                        exclude,
+                    );
+                }
                 let lines = last
                     .lock()
                     .ok()

@@ -23,6 +23,10 @@ pub struct RpcArgs {
     /// Settings file (TOML).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Session id: artifacts and the record of `bash` commands live in
+    /// `<state>/sessions/<id>` (default: a new session).
+    #[arg(long)]
+    pub session_id: Option<String>,
 }
 
 /// Longest request line accepted; longer lines are answered with a parse error.
@@ -46,7 +50,7 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
         Some(p) => Settings::load(p)?,
         None => Settings::default(),
     };
-    let rt = super::start_runtime(settings)?;
+    let rt = super::start_runtime(settings, args.session_id.as_deref())?;
     tokio::spawn(rt.clone().evict_loop());
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let writer = tokio::spawn(async move {
@@ -199,6 +203,14 @@ async fn handle(state: &Arc<State>, line: &str) {
             send(&state.out, response(id.as_ref(), "abort_bash", Ok(None)));
         }
         "tool_call" => tool_call(state, id, obj).await,
+        "get_context" => {
+            let data = json!({"messages": super::context_json(&state.rt)});
+            send(&state.out, response(id.as_ref(), "get_context", Ok(Some(data))));
+        }
+        "history" => {
+            let data = json!({"runs": super::history_json(&state.rt)});
+            send(&state.out, response(id.as_ref(), "history", Ok(Some(data))));
+        }
         "abort_tool_call" => {
             let target = obj.get("target").map(id_key);
             let found = match (&target, state.tools.lock()) {
@@ -296,6 +308,8 @@ async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
         Ok(r) => r,
         Err(e) => return send(&state.out, response(id.as_ref(), "bash", Err(e))),
     };
+    let exclude = obj.get("exclude_from_context").and_then(Value::as_bool).unwrap_or(false);
+    let (command, cwd) = (req.command.clone(), req.cwd.clone().unwrap_or_default());
     let n = state.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let cancel = CancellationToken::new();
     if let Ok(mut b) = state.bangs.lock() {
@@ -304,6 +318,11 @@ async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
     let res = state.rt.run(req, cancel, None).await;
     if let Ok(mut b) = state.bangs.lock() {
         b.remove(&n);
+    }
+    if let Ok(r) = &res {
+        let cwd =
+            if cwd.is_empty() { std::env::current_dir().unwrap_or_default() } else { cwd.into() };
+        super::record_bang(&state.rt, &command, &cwd, r, exclude);
     }
     let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
     send(&state.out, response(id.as_ref(), "bash", res));

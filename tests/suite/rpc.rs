@@ -229,3 +229,61 @@ async fn rpc_sigkill_leaves_nothing_behind() {
     unsafe { libc::kill(rpc.pid(), libc::SIGKILL) };
     assert!(eventually(Duration::from_secs(2), || procs_with_env("AB_KILL_T=1").is_empty()).await);
 }
+
+#[tokio::test]
+async fn rpc_records_bang_commands_for_context() {
+    let mut rpc = Rpc::start_in(tempfile::tempdir().unwrap(), None, &["--session-id", "s1"]).await;
+    rpc.bash("echo one").await;
+    rpc.bash("echo two; exit 4").await;
+    let id = rpc
+        .send(json!({"type": "bash", "command": "echo secret", "exclude_from_context": true}))
+        .await;
+    rpc.response(&id).await;
+    let id = rpc.send(json!({"type": "bash", "command": "seq 1 5000"})).await;
+    rpc.response(&id).await;
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(rpc.artifacts_dir().join("session.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    assert_eq!(lines.len(), 4);
+    for (rec, (cmd, exclude)) in lines.iter().zip([
+        ("echo one", false),
+        ("echo two; exit 4", false),
+        ("echo secret", true),
+        ("seq 1 5000", false),
+    ]) {
+        assert_eq!(rec["role"], "bashExecution");
+        assert_eq!(rec["command"], cmd);
+        assert_eq!(rec["exclude_from_context"], exclude);
+        for field in ["output", "cancelled", "truncated", "meta", "timestamp"] {
+            assert!(rec.get(field).is_some(), "{field} in {rec}");
+        }
+    }
+    let id = rpc.send(json!({"type": "get_context"})).await;
+    let r = rpc.response(&id).await;
+    let msgs = r["data"]["messages"].as_array().unwrap().clone();
+    assert_eq!(msgs.len(), 3);
+    assert_eq!(msgs[0], json!({"role": "user", "content": "Ran `echo one`\n```\none\n```"}));
+    assert_eq!(
+        msgs[1]["content"],
+        "Ran `echo two; exit 4`\n```\ntwo\n```\n\nCommand exited with code 4"
+    );
+    let long = msgs[2]["content"].as_str().unwrap();
+    assert!(
+        long.ends_with("[Showing lines 3001-5000 of 5000 (50.0KB limit). Full: artifact://0]"),
+        "{}",
+        &long[long.len() - 90..]
+    );
+    // A restarted backend for the same session keeps the record.
+    let state = rpc.stop().await;
+    let mut rpc = Rpc::start_in(state, None, &["--session-id", "s1"]).await;
+    rpc.bash("echo three").await;
+    let id = rpc.send(json!({"type": "get_context"})).await;
+    let r = rpc.response(&id).await;
+    assert_eq!(r["data"]["messages"].as_array().unwrap().len(), 4);
+    let id = rpc.send(json!({"type": "history"})).await;
+    let r = rpc.response(&id).await;
+    assert_eq!(r["data"]["runs"].as_array().unwrap().len(), 5);
+}

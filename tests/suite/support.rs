@@ -28,9 +28,13 @@ impl Rpc {
     }
 
     pub async fn start_with(config: Option<&str>) -> Rpc {
-        let state = tempfile::tempdir().unwrap();
+        Rpc::start_in(tempfile::tempdir().unwrap(), config, &[]).await
+    }
+
+    /// Starts in an existing state dir, with extra `rpc` arguments.
+    pub async fn start_in(state: tempfile::TempDir, config: Option<&str>, args: &[&str]) -> Rpc {
         let mut cmd = Command::new(BIN);
-        cmd.arg("--log-file").arg(state.path().join("log")).arg("rpc");
+        cmd.arg("--log-file").arg(state.path().join("log")).arg("rpc").args(args);
         let cfg_text =
             format!("state_dir = {:?}\n{}", state.path().to_str().unwrap(), config.unwrap_or(""));
         let cfg_path = state.path().join("config.toml");
@@ -110,6 +114,14 @@ impl Rpc {
         let r = self.response(&id).await;
         assert_eq!(r["success"], true, "{r}");
         r["data"].clone()
+    }
+
+    /// Closes stdin and waits for the process to exit; returns the state dir for a restart.
+    pub async fn stop(self) -> tempfile::TempDir {
+        let Rpc { mut child, stdin, state, .. } = self;
+        drop(stdin);
+        tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+        state
     }
 
     pub fn pid(&self) -> i32 {
