@@ -13,6 +13,7 @@ local log = require('agent_bash.log')
 ---@field version? string backend version from `hello`
 ---@field pid? integer
 ---@field session_dir? string
+---@field session_id? string
 
 --- Starts the backend unless it runs. Returns the channel, or nil and an error message.
 ---@return integer? chan
@@ -42,6 +43,21 @@ function M.request(method, params)
     log.debug('request %s failed: %s', method, res)
   end
   return ok, res
+end
+
+--- A notification to the running backend only: never starts one (keys typed into a terminal
+--- and resizes mean nothing to a new backend). Returns false when no backend runs.
+---@param method string
+---@param params table
+---@return boolean ok
+function M.send(method, params)
+  local chan = H.chan
+  if not chan then
+    log.debug('send %s dropped: no backend', method)
+    return false
+  end
+  log.debug('send %s %s', method, vim.inspect(params, { newline = ' ', indent = '' }))
+  return (pcall(vim.rpcnotify, chan, method, params))
 end
 
 --- A notification (returns at once). Returns true, or false and an error message.
@@ -76,7 +92,18 @@ end
 --- What is known about the running backend (empty fields when it is not running).
 ---@return agent_bash.BackendInfo
 function M.info()
-  return vim.tbl_extend('force', {}, H.info, { chan = H.chan })
+  return vim.tbl_extend('force', {}, H.info, { chan = H.chan, session_id = M.session_id() })
+end
+
+--- The editor session's id, passed as `--session-id`: one per Neovim instance, so a backend
+--- restarted after a crash keeps the session's artifacts and record. Only [A-Za-z0-9._-].
+---@return string
+function M.session_id()
+  if not H.session_id then
+    local id = os.date('%Y%m%d-%H%M%S') .. '-' .. vim.fn.getpid()
+    H.session_id = (id:gsub('[^%w._-]', '_'))
+  end
+  return H.session_id
 end
 
 --- The backend binary: config `bin`, else <plugin root>/target/release/agent-bash, else
@@ -122,6 +149,7 @@ function M.argv(bin)
     vim.list_extend(argv, { '--config', vim.fn.expand(settings) })
   end
   vim.list_extend(argv, { '--state-dir', vim.fn.stdpath('state') .. '/agent_bash' })
+  vim.list_extend(argv, { '--session-id', M.session_id() })
   return argv
 end
 
@@ -140,6 +168,23 @@ function M.error_text(err)
   return vim.trim(s)
 end
 
+--- msgpack nil arrives as vim.NIL inside tables; absent is what the code means. Changes `v`
+--- in place and returns it.
+---@generic T
+---@param v T
+---@return T
+function M.denil(v)
+  if v == vim.NIL then
+    return nil
+  end
+  if type(v) == 'table' then
+    for k, x in pairs(v) do
+      v[k] = M.denil(x)
+    end
+  end
+  return v
+end
+
 --- Called by the backend (nvim_exec_lua) for every event: update, done, error.
 --- Handled on the next tick so errors here never travel back to the backend.
 ---@param ev table
@@ -155,6 +200,7 @@ end
 -- Helpers -----------------------------------------------------------------------------------
 
 H.chan = nil ---@type integer?
+H.session_id = nil ---@type string?
 H.info = {} ---@type agent_bash.BackendInfo
 H.stopping = {} ---@type table<integer, boolean>
 H.warned_version = false

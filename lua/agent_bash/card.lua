@@ -99,6 +99,18 @@ function M.format_size(bytes)
   return ('%.1fGB'):format(value)
 end
 
+--- A duration as people read it: `850ms`, `1.2s`, `2m05s`.
+---@param ms integer
+---@return string
+function M.format_duration(ms)
+  if ms < 1000 then
+    return ('%dms'):format(ms)
+  elseif ms < 60000 then
+    return ('%.1fs'):format(ms / 1000)
+  end
+  return ('%dm%02ds'):format(math.floor(ms / 60000), math.floor(ms / 1000) % 60)
+end
+
 --- Splits a line into display rows of at most `width` cells: a list of {start, end} byte ranges
 --- (0-based, end exclusive). Tabs stop every 8 cells from the row start.
 ---@param line string
@@ -182,6 +194,58 @@ function M.cwd_label(cwd, root)
     return abs:sub(#prefix + 1)
   end
   return cwd
+end
+
+--- Title and footer of a terminal float (SPEC §6): status icon, `$ <command>` cut to fit the
+--- width, the status (exit N, cancelled, timed out) and the duration; the footer lists the keys
+--- that work now (terminal mode while running, normal mode once done).
+---@param state agent_bash.CardState
+---@param opts {width: integer, keys?: agent_bash.Keys, kill_key?: string|false, icons?: table<agent_bash.Status, string>}
+---@return [string, string][] title
+---@return [string, string][] footer
+function M.term_chrome(state, opts)
+  local options = require('agent_bash.config').options
+  local keys = opts.keys or options.keys
+  local kill_key = opts.kill_key == nil and options.kill_key or opts.kill_key
+  local icons = opts.icons or options.icons
+  local suffix = {}
+  local r = state.result
+  if state.status == 'error' then
+    suffix[#suffix + 1] = r and r.exit_code ~= nil and ('exit %d'):format(r.exit_code) or 'missing exit status'
+  elseif state.status == 'cancelled' then
+    suffix[#suffix + 1] = 'cancelled'
+  elseif state.status == 'timed_out' then
+    suffix[#suffix + 1] = 'timed out'
+  elseif state.status == 'failed' then
+    suffix[#suffix + 1] = 'failed'
+  end
+  if r and r.duration_ms then
+    suffix[#suffix + 1] = M.format_duration(r.duration_ms)
+  end
+  local icon = ' ' .. (icons[state.status] or '?') .. ' '
+  local tail = #suffix > 0 and (' · ' .. table.concat(suffix, ' · ')) or ''
+  local room = math.max(8, opts.width - vim.fn.strwidth(icon) - vim.fn.strwidth(tail) - 3)
+  local cmd = '$ ' .. (state.command:match('^[^\n]*') or '')
+  if vim.fn.strwidth(cmd) > room or state.command:find('\n') then
+    cmd = vim.fn.strcharpart(cmd, 0, room - 1) .. '…'
+  end
+  local title = {
+    { icon, H.status_group[state.status] or 'AgentBashTitle' },
+    { cmd .. tail .. ' ', 'AgentBashTitle' },
+  }
+  local parts = {}
+  if state.status == 'running' then
+    if state.cancel_requested then
+      parts[#parts + 1] = 'cancelling…'
+    elseif kill_key then
+      parts[#parts + 1] = kill_key .. ' kill'
+    end
+    parts[#parts + 1] = '<C-\\><C-n> normal mode'
+  else
+    parts[#parts + 1] = keys.toggle .. ' card'
+  end
+  parts[#parts + 1] = keys.close .. ' close'
+  return title, { { ' ' .. table.concat(parts, ' · ') .. ' ', 'AgentBashFooter' } }
 end
 
 -- Helpers -----------------------------------------------------------------------------------
@@ -407,15 +471,6 @@ H.status_group = {
   failed = 'AgentBashError',
 }
 
-function H.duration(ms)
-  if ms < 1000 then
-    return ('%dms'):format(ms)
-  elseif ms < 60000 then
-    return ('%.1fs'):format(ms / 1000)
-  end
-  return ('%dm%02ds'):format(math.floor(ms / 60000), math.floor(ms / 1000) % 60)
-end
-
 function H.title(ctx)
   local s = ctx.state
   local name = s.origin == 'bang' and (s.exclude and 'AgentBash! (not in context)' or 'AgentBash') or 'bash'
@@ -431,7 +486,7 @@ function H.title(ctx)
     parts[#parts + 1] = 'failed'
   end
   if r and r.duration_ms then
-    parts[#parts + 1] = H.duration(r.duration_ms)
+    parts[#parts + 1] = M.format_duration(r.duration_ms)
   end
   return {
     { ' ' .. (ctx.icons[s.status] or '?') .. ' ', H.group(ctx, H.status_group[s.status] or 'AgentBashTitle') },

@@ -33,7 +33,7 @@ M.defaults = {
   bin = nil,
   -- Backend settings file (TOML), passed as `agent-bash nvim --config <file>`. nil: none.
   settings_file = nil,
-  -- Key that cancels the running command inside a card (and, later, a terminal).
+  -- Key that cancels the running command inside a card, and force-kills it in a terminal.
   -- false: no kill key (a terminal then forwards <Esc> to the program).
   kill_key = '<Esc>',
   -- Buffer-local keys inside cards.

@@ -161,6 +161,21 @@ function M.layout()
   end
 end
 
+--- Float conventions shared with terminal floats: the `border` to pass to nvim_open_win() (nil
+--- when 'winborder' decides), whether the border has edges for a title and footer, the rows
+--- and columns it takes, and the first editor row below the tabline.
+---@return {border: string|string[]|nil, rows: integer, cols: integer, full: boolean, top: integer}
+function M.frame()
+  local edges = H.edges(H.border())
+  return { border = H.border_arg(), rows = edges.rows, cols = edges.cols, full = edges.full, top = H.top_row() }
+end
+
+--- Applies the card window options (wrapping, highlights) to a float.
+---@param win integer
+function M.win_options(win)
+  H.win_options(win)
+end
+
 -- Helpers -----------------------------------------------------------------------------------
 
 H.cards = {} ---@type agent_bash.Card[]

@@ -41,6 +41,7 @@ function M.check()
     end
   end
   health.info('log file: ' .. require('agent_bash.log').file())
+  health.info('session id: ' .. backend.session_id())
   local settings = require('agent_bash.config').options.settings_file
   if settings then
     if vim.fn.filereadable(vim.fn.expand(settings)) == 1 then

@@ -15,9 +15,10 @@ end
 
 ---@class agent_bash.RunOpts
 ---@field exclude? boolean exclude from the agent's context (`:AgentBash!`); the card is dimmed
+---@field pty? boolean run in a pseudo-terminal shown in a terminal float (`:AgentBashTerm`)
 
---- Runs a bang command (the user's own) in the current directory and shows its card.
---- Only one runs at a time: a second is refused with a warning.
+--- Runs a bang command (the user's own) in the current directory and shows its card (or, with
+--- `pty`, its terminal). Only one runs at a time: a second is refused with a warning.
 ---@param cmd string
 ---@param opts? agent_bash.RunOpts
 ---@return integer? id the run's id, nil when refused
@@ -38,6 +39,7 @@ function M.run(cmd, opts)
     command = cmd,
     cwd = vim.fn.getcwd(),
     exclude = opts.exclude and true or false,
+    pty = opts.pty and true or nil,
     enter = true,
   })
   return run.id
@@ -81,6 +83,7 @@ function M.tool_call(params, callbacks)
     on_update = callbacks.on_update,
     on_done = callbacks.on_done,
     card = require('agent_bash.config').options.card.show_tool_cards,
+    ui = #vim.api.nvim_list_uis() > 0,
   })
   return {
     id = run.id,
@@ -90,9 +93,48 @@ function M.tool_call(params, callbacks)
   }
 end
 
---- Moves the cursor into the newest card.
+--- The agent's context (SPEC §10): `{role = 'user', content}` per recorded, non-excluded bang
+--- command of this editor session, oldest first, worded by the backend. Nil and the error
+--- message when the backend cannot answer.
+---@return agent_bash.ContextMessage[]? messages
+---@return string? err
+function M.context()
+  return require('agent_bash.context').context()
+end
+
+--- Every recorded bang command of this editor session, oldest first (see |agent_bash-history|).
+---@return agent_bash.HistoryEntry[]? entries
+---@return string? err
+function M.history()
+  return require('agent_bash.context').history()
+end
+
+--- For agent plugins: the agent is busy (streaming a reply). While busy, the messages of
+--- finished bang commands are queued instead of handed to the `on_context` hook.
+---@param busy boolean
+function M.set_agent_busy(busy)
+  require('agent_bash.context').set_agent_busy(busy)
+end
+
+--- For agent plugins: `fn(msg)` is called with the message of each non-excluded bang command
+--- that finishes while the agent is idle (nil unregisters).
+---@param fn? fun(msg: agent_bash.ContextMessage)
+function M.on_context(fn)
+  require('agent_bash.context').on_context(fn)
+end
+
+--- For agent plugins: the messages queued while the agent was busy (or with no hook), oldest
+--- first; the queue is emptied. Call it before sending the next prompt.
+---@return agent_bash.ContextMessage[]
+function M.take_pending()
+  return require('agent_bash.context').take_pending()
+end
+
+--- Moves the cursor into the running terminal, else the newest card.
 function M.focus()
-  require('agent_bash.float').focus()
+  if not require('agent_bash.terminal').focus() then
+    require('agent_bash.float').focus()
+  end
 end
 
 --- Collapses or expands the newest card.

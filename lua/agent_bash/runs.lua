@@ -13,6 +13,9 @@ local log = require('agent_bash.log')
 ---@field on_update? fun(update: agent_bash.Update)
 ---@field on_done? fun(result: agent_bash.BashResult)
 ---@field card? agent_bash.Card
+---@field term? agent_bash.Term the terminal float of a PTY run (terminal.lua sets it)
+---@field pty? boolean a terminal was asked for (`:AgentBashTerm`)
+---@field enter? boolean focus the card when one opens
 ---@field finished boolean
 
 ---@class agent_bash.RunSpec
@@ -28,8 +31,10 @@ local log = require('agent_bash.log')
 ---@field exclude? boolean
 ---@field on_update? fun(update: agent_bash.Update)
 ---@field on_done? fun(result: agent_bash.BashResult)
----@field card? boolean open a card (default true)
+---@field card? boolean open a card (default true; a PTY run waits for its terminal instead)
 ---@field enter? boolean focus the card
+---@field pty? boolean ask for a PTY (`:AgentBashTerm`)
+---@field ui? boolean tool calls: an interactive UI is attached (the backend may then use a PTY)
 
 --- Starts a run: opens its card, then sends `run` to the backend (starting it if needed).
 ---@param spec agent_bash.RunSpec
@@ -42,6 +47,8 @@ function M.start(spec)
     finished = false,
     on_update = spec.on_update,
     on_done = spec.on_done,
+    pty = spec.pty,
+    enter = spec.enter,
     state = {
       origin = spec.origin,
       command = spec.command,
@@ -58,7 +65,7 @@ function M.start(spec)
   if spec.origin == 'bang' then
     H.bang = run
   end
-  if spec.card ~= false then
+  if spec.card ~= false and not spec.pty then
     run.card = require('agent_bash.float').open(run, { enter = spec.enter })
   end
   local ok, err = require('agent_bash.backend').notify('run', {
@@ -72,6 +79,8 @@ function M.start(spec)
     tools = spec.tools,
     session_key = spec.session_key,
     exclude_from_context = spec.exclude or false,
+    pty = spec.pty,
+    ui = spec.ui,
   })
   if not ok then
     vim.notify('agent-bash: ' .. tostring(err), vim.log.levels.ERROR)
@@ -95,6 +104,13 @@ function M.cancel(run)
   H.refresh(run)
 end
 
+--- The unfinished run with this id, if any.
+---@param id integer
+---@return agent_bash.Run?
+function M.get(id)
+  return H.runs[id]
+end
+
 --- The running bang command, if any.
 ---@return agent_bash.Run?
 function M.bang()
@@ -116,7 +132,7 @@ end
 --- Applies one backend event.
 ---@param ev table
 function M.on_event(ev)
-  ev = H.denil(ev)
+  ev = require('agent_bash.backend').denil(ev)
   local run = H.runs[ev.id]
   if not run or run.finished then
     log.debug('event %s for unknown or finished run %s', tostring(ev.type), tostring(ev.id))
@@ -126,6 +142,7 @@ function M.on_event(ev)
   if ev.type == 'update' then
     s.lines, s.hl = ev.lines or {}, ev.hl or {}
     s.total_lines, s.elapsed_ms = ev.total_lines or #s.lines, ev.elapsed_ms
+    H.ensure_view(run)
     H.refresh(run)
     H.call(run, 'on_update', ev)
   elseif ev.type == 'done' then
@@ -135,6 +152,9 @@ function M.on_event(ev)
     s.result = result
     s.status = require('agent_bash.card').status_of(result)
     H.finish(run, result)
+    if s.origin == 'bang' then
+      require('agent_bash.context')._on_bang_done(run)
+    end
   elseif ev.type == 'error' then
     M.fail(run, ev.message or 'unknown error')
   else
@@ -195,7 +215,11 @@ function H.finish(run, result)
   if H.bang == run then
     H.bang = nil
   end
+  H.ensure_view(run)
   H.refresh(run)
+  if run.term then
+    require('agent_bash.terminal').finish(run.term)
+  end
   H.call(run, 'on_done', result)
   local ms = require('agent_bash.config').options.card.auto_close
   if ms and run.card and run.state.origin == 'tool' then
@@ -208,6 +232,17 @@ end
 function H.refresh(run)
   if run.card then
     require('agent_bash.float').refresh(run.card)
+  end
+  if run.term and not run.finished then
+    require('agent_bash.terminal').refresh(run.term)
+  end
+end
+
+--- A PTY run that gets output or ends without a terminal (the backend used pipes, or failed
+--- before opening one) shows a card instead, so nothing happens unseen.
+function H.ensure_view(run)
+  if run.pty and not run.term and not run.card then
+    run.card = require('agent_bash.float').open(run, { enter = run.enter })
   end
 end
 
@@ -222,19 +257,6 @@ function H.call(run, name, arg)
     log.error('%s of run %d failed: %s', name, run.id, err)
     vim.notify(('agent-bash: %s callback failed: %s'):format(name, err), vim.log.levels.ERROR)
   end
-end
-
---- msgpack nil arrives as vim.NIL inside tables; absent is what the code means.
-function H.denil(v)
-  if v == vim.NIL then
-    return nil
-  end
-  if type(v) == 'table' then
-    for k, x in pairs(v) do
-      v[k] = H.denil(x)
-    end
-  end
-  return v
 end
 
 return M

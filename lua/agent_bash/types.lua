@@ -120,4 +120,31 @@
 ---@field can_load_full boolean truncated with an artifact not loaded yet
 ---@field width? integer set by float.lua: the width it was rendered for
 
+--- Session recording (SPEC §10), as the backend's `get_context` and `history` give it.
+---@class agent_bash.ContextMessage
+---@field role 'user'
+---@field content string
+
+---@class agent_bash.HistoryMeta
+---@field cwd string
+---@field timed_out boolean
+---@field duration_ms integer
+---@field total_lines integer
+---@field total_bytes integer
+---@field output_lines integer
+---@field artifact_id? integer
+---@field notice? string the truncation notice as the model sees it
+
+--- One recorded bang command (`role = "bashExecution"`).
+---@class agent_bash.HistoryEntry
+---@field role string
+---@field command string
+---@field output string model-facing output, without annotations or notices
+---@field exit_code? integer
+---@field cancelled boolean
+---@field truncated boolean
+---@field meta agent_bash.HistoryMeta
+---@field timestamp integer milliseconds since the Unix epoch
+---@field exclude_from_context boolean
+
 return {}

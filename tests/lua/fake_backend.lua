@@ -7,6 +7,12 @@
 --   command 'many'      → done, truncated, artifact 1
 --   command 'badcwd'    → error event
 --   command 'die'       → the process exits with code 3
+--   command 'pty-echo'  → PTY run: asks the editor for a terminal (terminal._open), writes
+--                         `hello from pty` into it, then done (exit 0)
+--   command 'pty-sleep' → PTY run: writes `hello from pty`, echoes pty_input into the terminal,
+--                         runs until cancelled
+-- `pty_log` returns what PTY runs saw: the `_open` answers, pty_input and pty_resize params;
+-- `last_run` the params of the last `run`.
 -- artifact://1 → text; artifact://8 → string error; others → [type, message] error.
 -- The argv it got is available as the `argv` request.
 
@@ -18,6 +24,10 @@ local unpacker = vim.mpack.Unpacker()
 local msgid = 1000
 local version = os.getenv('FAKE_AGENT_BASH_VERSION') or '0.1.0'
 local running = {}
+local replies = {} -- msgid → callback(err, result) for requests sent to the editor
+local pty_log = { opened = {}, input = {}, resize = {} }
+local pty_chan = {} -- run id → terminal channel
+local last_run = nil
 
 local function send(msg)
   stdout:write(vim.mpack.encode(msg))
@@ -49,9 +59,37 @@ local function result(over)
   return r
 end
 
+local function call(method, args, cb)
+  msgid = msgid + 1
+  replies[msgid] = cb
+  send({ 0, msgid, method, args })
+end
+
+local function pty_run(id, p)
+  local code = "return require('agent_bash.terminal')._open(...)"
+  call('nvim_exec_lua', { code, { id, { command = p.command, origin = p.origin } } }, function(err, res)
+    if err ~= vim.NIL then
+      event({ type = 'error', id = id, message = 'PTY error: ' .. vim.inspect(err) })
+      return
+    end
+    table.insert(pty_log.opened, res)
+    pty_chan[id] = res.chan
+    call('nvim_chan_send', { res.chan, 'hello from pty\r\n' }, function() end)
+    event({ type = 'update', id = id, lines = { 'hello from pty' }, hl = {}, total_lines = 1, total_bytes = 15, elapsed_ms = 1 })
+    if p.command == 'pty-echo' then
+      event({ type = 'done', id = id, lines = { 'hello from pty' }, hl = {}, result = result({ output = 'hello from pty\n', total_lines = 1, total_bytes = 15, output_lines = 1, output_bytes = 15 }) })
+    else
+      running[id] = true
+    end
+  end)
+end
+
 local function run(p)
   local id, cmd = p.id, p.command
-  if cmd == 'echo hi' then
+  last_run = p
+  if cmd:find('^pty%-') then
+    pty_run(id, p)
+  elseif cmd == 'echo hi' then
     event({ type = 'update', id = id, lines = { 'hi' }, hl = { { 0, 0, 2, { fg = 2 } } }, total_lines = 1, total_bytes = 3, elapsed_ms = 1 })
     event({ type = 'done', id = id, lines = { 'hi' }, hl = { { 0, 0, 2, { fg = 2 } } }, result = result({ output = 'hi\n', total_lines = 1, total_bytes = 3, output_lines = 1, output_bytes = 3 }) })
   elseif cmd == 'fail' then
@@ -77,6 +115,10 @@ local function request(id, method, p)
     send({ 1, id, vim.NIL, { version = version, pid = uv.os_getpid(), session_dir = '/tmp/fake-artifacts', got = p.version } })
   elseif method == 'ping' then
     send({ 1, id, vim.NIL, 'pong' })
+  elseif method == 'pty_log' then
+    send({ 1, id, vim.NIL, pty_log })
+  elseif method == 'last_run' then
+    send({ 1, id, vim.NIL, last_run or vim.NIL })
   elseif method == 'argv' then
     send({ 1, id, vim.NIL, { unpack(_G.arg) } })
   elseif method == 'artifact' then
@@ -102,6 +144,13 @@ local function notification(method, p)
   elseif method == 'cancel' and running[p.id] then
     running[p.id] = nil
     event({ type = 'done', id = p.id, lines = { 'zzz' }, hl = {}, result = result({ output = '[Command cancelled]\n\nzzz', exit_code = vim.NIL, cancelled = true, is_error = true, total_lines = 1 }) })
+  elseif method == 'pty_input' then
+    table.insert(pty_log.input, p)
+    if running[p.id] and pty_chan[p.id] then
+      call('nvim_chan_send', { pty_chan[p.id], p.data }, function() end)
+    end
+  elseif method == 'pty_resize' then
+    table.insert(pty_log.resize, p)
   end
 end
 
@@ -120,6 +169,12 @@ stdin:read_start(function(err, data)
     end
     if msg[1] == 0 then
       request(msg[2], msg[3], msg[4][1] or {})
+    elseif msg[1] == 1 then
+      local cb = replies[msg[2]]
+      replies[msg[2]] = nil
+      if cb then
+        cb(msg[3], msg[4])
+      end
     elseif msg[1] == 2 then
       notification(msg[2], msg[3][1] or {})
     end

@@ -23,11 +23,12 @@ t.describe('startup', function()
   end)
 
   t.it('defines the commands and <Plug> mappings, no global keys', function()
-    for _, cmd in ipairs({ 'AgentBash', 'AgentBashCancel', 'AgentBashFocus', 'AgentBashToggle', 'AgentBashClose' }) do
+    for _, cmd in ipairs({ 'AgentBash', 'AgentBashTerm', 'AgentBashHistory', 'AgentBashCancel', 'AgentBashFocus', 'AgentBashToggle', 'AgentBashClose' }) do
       t.eq(2, vim.fn.exists(':' .. cmd), cmd)
     end
     t.eq(true, vim.api.nvim_get_commands({})['AgentBash'].bang)
-    for _, name in ipairs({ 'AgentBashPrompt', 'AgentBashCancel', 'AgentBashFocus', 'AgentBashToggle', 'AgentBashClose' }) do
+    t.eq(true, vim.api.nvim_get_commands({})['AgentBashTerm'].bang)
+    for _, name in ipairs({ 'AgentBashPrompt', 'AgentBashHistory', 'AgentBashCancel', 'AgentBashFocus', 'AgentBashToggle', 'AgentBashClose' }) do
       t.ok(vim.fn.maparg('<Plug>(' .. name .. ')', 'n') ~= '', name)
     end
     for _, m in ipairs(vim.api.nvim_get_keymap('n')) do
@@ -80,6 +81,12 @@ t.describe('help', function()
     for cmd in pairs(vim.api.nvim_get_commands({})) do
       if cmd:find('^AgentBash') then
         t.ok(text:find('*:' .. cmd .. '*', 1, true), 'command ' .. cmd)
+      end
+    end
+    for _, m in ipairs(vim.api.nvim_get_keymap('n')) do
+      local plug = m.lhs:match('^<Plug>%(AgentBash.*%)$')
+      if plug then
+        t.ok(text:find('*' .. plug .. '*', 1, true), 'mapping ' .. plug)
       end
     end
   end)
