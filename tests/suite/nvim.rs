@@ -340,3 +340,80 @@ async fn nvim_checkhealth_reports_versions_and_ping() {
     }
     assert!(!text.contains("ERROR"), "{text}");
 }
+
+#[tokio::test]
+async fn nvim_bang_commands_recorded_for_the_agent() {
+    let ed = Editor::start().await;
+    ed.cmd("AgentBash echo first").await;
+    ed.card_done().await;
+    ed.cmd("AgentBash! echo private").await;
+    ed.card_done().await;
+    ed.cmd("AgentBash seq 1 3000; exit 5").await;
+    ed.card_done().await;
+    let dir = ed.lua("return require('agent_bash.backend').info().session_dir").await;
+    let file = PathBuf::from(dir.as_str().unwrap()).join("session.jsonl");
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 3);
+    assert_eq!(
+        recs.iter().map(|r| r["exclude_from_context"].as_bool().unwrap()).collect::<Vec<_>>(),
+        [false, true, false]
+    );
+    for r in &recs {
+        for f in ["role", "command", "output", "cancelled", "truncated", "meta", "timestamp"] {
+            assert!(r.get(f).is_some(), "{f} missing in {r}");
+        }
+    }
+    let ctx = ed.lua("return vim.tbl_map(function(m) return m.role .. '|' .. m.content end, require('agent_bash').context())").await;
+    let ctx: Vec<&str> = ctx.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(ctx.len(), 2);
+    assert_eq!(ctx[0], "user|Ran `echo first`\n```\nfirst\n```");
+    assert!(ctx[1].starts_with("user|Ran `seq 1 3000; exit 5`\n```\n1001\n"), "{}", &ctx[1][..60]);
+    assert!(
+        ctx[1].ends_with("3000\n```\n\nCommand exited with code 5\n\n[Showing lines 1001-3000 of 3000 (50.0KB limit). Full: artifact://0]"),
+        "{}",
+        &ctx[1][ctx[1].len() - 120..]
+    );
+    // The record survives a backend restart (same editor session).
+    let pid = ed.lua("return require('agent_bash.backend').info().pid").await.as_i64().unwrap();
+    // SAFETY: killing the backend the editor started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    ed.wait_lua("require('agent_bash.backend').info().pid == nil").await;
+    ed.cmd("AgentBash echo after").await;
+    ed.card_done().await;
+    let n = ed.lua("return #require('agent_bash').context()").await;
+    assert_eq!(n.as_i64(), Some(3));
+    assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 4);
+}
+
+#[tokio::test]
+async fn nvim_history_reopens_card_and_artifact() {
+    let ed = Editor::start().await;
+    ed.cmd("AgentBash seq 1 4000").await;
+    ed.card_done().await;
+    ed.cmd("AgentBash echo small").await;
+    ed.card_done().await;
+    ed.lua("require('agent_bash').close_all()").await;
+    // Choose the oldest run, then "Reopen the card".
+    ed.lua(
+        "_G.picks = {2, 1}
+         vim.ui.select = function(items, opts, cb) local i = table.remove(_G.picks, 1); cb(items[i], i) end",
+    )
+    .await;
+    ed.cmd("AgentBashHistory").await;
+    let card = ed.card().await;
+    assert_eq!(card.lines.first().map(String::as_str), Some("$ seq 1 4000"), "{card:?}");
+    assert!(card.lines.iter().any(|l| l == "4000"));
+    assert!(card.lines.iter().any(|l| l.contains("artifact://0")));
+    // Again, now "Open artifact://0".
+    ed.lua("_G.picks = {2, 2}").await;
+    ed.cmd("AgentBashHistory").await;
+    let v = ed.lua("return {vim.api.nvim_buf_get_name(0), vim.api.nvim_buf_line_count(0), vim.fn.getline(1)}").await;
+    let a = v.as_array().unwrap();
+    assert!(a[0].as_str().unwrap().ends_with("artifact://0"), "{v:?}");
+    assert_eq!(a[1].as_i64(), Some(4000));
+    assert_eq!(a[2].as_str(), Some("1"));
+}
