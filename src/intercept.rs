@@ -42,10 +42,11 @@ impl Rule {
     }
 }
 
-// SPEC §2 default rules, verbatim. Three of them are refined in code (see `Refinement`) to fix
+// SPEC §2 default rules, verbatim. Four of them are refined in code (see `Refinement`) to fix
 // the false positives SPEC lists; the patterns stay as written so settings files that copy them
 // get the same fixes.
 const READ_PATTERN: &str = r"^\s*(cat|head|tail|less|more)\s+";
+const GREP_PATTERN: &str = r"^\s*(grep|rg|ripgrep|ag|ack)\s+";
 const PERL_PATTERN: &str = r"^\s*perl\s+.*-[pn]?i";
 const WRITE_PATTERN: &str = r"^\s*(echo|printf|cat\s*<<)\s+.*[^|]>\s*\S";
 
@@ -58,7 +59,7 @@ pub fn default_rules() -> Vec<Rule> {
             "Use the `read` tool instead of cat/head/tail. It provides better context and handles binary files.",
         ),
         Rule::new(
-            r"^\s*(grep|rg|ripgrep|ag|ack)\s+",
+            GREP_PATTERN,
             "grep",
             "Use the `grep` tool instead of grep/rg. It respects .gitignore and provides structured output.",
         ),
@@ -219,6 +220,9 @@ enum Refinement {
     /// Rule 1: `cat <<EOF …` / `cat <<< x` reads nothing from disk, so it is not a read (SPEC:
     /// `cat <<EOF > f` is a write). The regex must still match.
     Read,
+    /// Rule 2: a grep that reads a pipe (`ps aux | grep x`) filters another command's output,
+    /// which the `grep` tool cannot do; only a grep over files is blocked.
+    Grep,
     /// Rule 5: decided on perl's actual switches instead of the regex, which fires on any `-i`
     /// in the text (`perl x.pl --input`, `perl -e '"-i"'`) yet misses clusters like `-lpi`.
     /// A hit needs an `i` in a switch cluster before the script name.
@@ -238,6 +242,7 @@ impl Refinement {
         }
         match rule.pattern.as_str() {
             READ_PATTERN => Some(Refinement::Read),
+            GREP_PATTERN => Some(Refinement::Grep),
             PERL_PATTERN => Some(Refinement::PerlInPlace),
             WRITE_PATTERN => Some(Refinement::Write),
             _ => None,
@@ -246,10 +251,14 @@ impl Refinement {
 
     fn matches(self, regex: &Regex, command: &SimpleCommand<'_>) -> bool {
         match self {
+            // A stage that reads a pipe (`git log | head -5` kept for `-c`, `x | tail -f`)
+            // is not reading a file either.
             Refinement::Read => {
                 regex.is_match(command.text())
+                    && !command.piped
                     && !command.redirects().iter().any(|(op, _)| op.starts_with("<<"))
             }
+            Refinement::Grep => regex.is_match(command.text()) && !command.piped,
             Refinement::PerlInPlace => perl_in_place(&command.argv()),
             Refinement::Write => {
                 let argv = command.argv();
@@ -364,7 +373,11 @@ mod tests {
             ("cd x && grep -r foo .", Some(1)),
             ("cd x; cat f", Some(0)),
             ("ls || find . -name x", Some(2)),
-            ("make | grep error", Some(1)),
+            // A grep filtering a pipe is not a search over files: the grep tool cannot do it.
+            ("make | grep error", None),
+            ("ps aux | grep -v grep | grep foo", None),
+            ("git log | head -c 100", None),
+            ("grep -r foo . | head -c 10", Some(1)),
             ("if grep -q x f; then echo y; fi", Some(1)),
             ("(cd x && cat f)", Some(0)),
             ("true\nsed -i s/a/b/ f", Some(3)),
