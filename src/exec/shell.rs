@@ -45,7 +45,10 @@ pub const BACKGROUND_CAP: Duration = Duration::from_secs(2);
 /// After a kill, how long to keep draining output that was already written.
 const DRAIN_AFTER_KILL: Duration = Duration::from_millis(200);
 /// Reads from the output FIFO in chunks of this size.
-const READ_CHUNK: usize = 64 * 1024;
+const READ_CHUNK: usize = 256 * 1024;
+/// Capacity asked for the output FIFO (the default is 64 KiB): a fast producer then blocks, and
+/// we wake up, four times less often. The kernel may grant less (`pipe-max-size`).
+const PIPE_SIZE: libc::c_int = 1 << 20;
 /// A shell that does not say it is ready within this time is considered broken.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -284,7 +287,12 @@ impl Shell {
         // The FIFO's name is no longer needed once both ends are open; the shell opens it right
         // after reading the line, so it is removed when the command is done.
         let mut rx = match rx {
-            Ok(rx) => Some(rx),
+            Ok(rx) => {
+                use std::os::fd::AsRawFd;
+                // SAFETY: fcntl on a FIFO we own; failure only leaves the default size.
+                unsafe { libc::fcntl(rx.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+                Some(rx)
+            }
             Err(e) => {
                 let _ = std::fs::remove_file(&fifo);
                 return Err(e);
