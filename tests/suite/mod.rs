@@ -1,5 +1,6 @@
 //! Integration suites, one file per area.
 
+mod exec;
 mod explain;
 mod nvim;
 mod rpc;

@@ -1,0 +1,93 @@
+//! `agent-bash exec` (print mode) through the real binary.
+
+use std::process::{Command, Output};
+
+use super::support::BIN;
+
+fn exec(state: &std::path::Path, args: &[&str]) -> Output {
+    let cfg = state.join("c.toml");
+    std::fs::write(&cfg, format!("state_dir = {:?}\n", state.to_str().unwrap())).unwrap();
+    Command::new(BIN)
+        .arg("--log-file")
+        .arg(state.join("log"))
+        .arg("exec")
+        .arg("--config")
+        .arg(&cfg)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn exec_prints_text_and_exits_with_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = exec(dir.path(), &["--", "echo hi"]);
+    assert_eq!((text(&o).as_str(), o.status.code()), ("hi\n", Some(0)));
+    let o = exec(dir.path(), &["--", "echo out; exit 7"]);
+    assert_eq!(text(&o), "out\n\nCommand exited with code 7\n");
+    assert_eq!(o.status.code(), Some(7));
+    let o = exec(dir.path(), &["--timeout", "1", "--", "sleep 5"]);
+    assert_eq!(o.status.code(), Some(124));
+    assert!(text(&o).starts_with("[Command timed out after 1 seconds]"));
+    let o = exec(dir.path(), &["--head", "2", "--", "seq 10"]);
+    assert_eq!(text(&o), "1\n2\n");
+    let o = exec(dir.path(), &["--", "seq 10 | tail -n 3"]);
+    assert_eq!(text(&o), "8\n9\n10\n");
+    let o = exec(dir.path(), &["--json", "--", "seq 3 | head -n 1"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["output"], "1\n");
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(v["normalized"]["rewrites"][0]["removed"], "| head -n 1");
+}
+
+#[test]
+fn exec_bad_input_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = exec(dir.path(), &["--cwd", "/nonexistent", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "agent-bash: Working directory does not exist: /nonexistent\n"
+    );
+    let o = exec(dir.path(), &["--timeout", "soon", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Invalid timeout: soon"));
+    let o = exec(dir.path(), &["--timeout", "-1", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = exec(dir.path(), &["--tools", "grep", "--", "grep -r x ."]);
+    assert_eq!(o.status.code(), Some(0), "interception is off by default");
+}
+
+#[test]
+fn exec_sigint_cancels_with_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, format!("state_dir = {:?}\n", dir.path().to_str().unwrap())).unwrap();
+    let child = Command::new(BIN)
+        .args(["exec", "--config"])
+        .arg(&cfg)
+        .args(["--", "export AB_SIGINT_T=1; echo started; sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    // Wait until the command runs (its `sleep` is a grandchild of exec).
+    let t = std::time::Instant::now();
+    while !super::support::procs_with_env("AB_SIGINT_T=1").iter().any(|p| {
+        std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+            .unwrap_or_default()
+            .starts_with("sleep\x0030")
+    }) {
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130));
+    assert!(text(&o).starts_with("[Command cancelled]\n\nstarted"), "{}", text(&o));
+}
