@@ -6,13 +6,16 @@
 //! already there, and are taken only when a spill happens.
 //!
 //! [`CappedWriter`] bounds an artifact's size: past the cap it keeps the first part, one
-//! `[… N bytes elided …]` line and the last [`TAIL_KEEP`] bytes.
+//! `[… N bytes elided …]` line and the last [`TAIL_KEEP`] bytes. [`ArtifactWriter`] runs one on
+//! its own thread, so that writing the file never holds up draining the command's output.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Mutex;
+use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use crate::Error;
@@ -242,23 +245,28 @@ pub fn state_root() -> PathBuf {
 
 /// Writes an artifact, bounded by a size cap (SPEC §4.2 Ours).
 ///
-/// While the stream fits the cap, the file holds everything written (up to a 64 KiB write
-/// buffer until [`finish`](Self::finish)). Once it exceeds the cap, the file is cut back to its
-/// first part (at most `cap − tail_keep` bytes, ending at a line boundary when one is within
-/// 64 KiB, else at a character boundary) and the stream's last `tail_keep` bytes are kept in a
-/// ring buffer; `finish` appends a line `[… N bytes elided …]` (N = bytes dropped) and the
-/// tail, whose start is moved forward to a line (or character) boundary the same way. The
-/// artifact thus stays valid UTF-8 when the input is. Memory: the ring (`tail_keep` + 1 bytes)
-/// plus small buffers.
+/// The file gets the stream's first `cap − tail_keep` bytes (the head limit) as they come, up
+/// to a 64 KiB write buffer; the next `tail_keep` bytes are held in memory until either
+/// [`finish`](Self::finish) writes them (the stream fitted the cap) or the stream passes the
+/// cap. Then the head part is cut back to end at a line boundary when one is within 64 KiB
+/// before the head limit, else at a character boundary, and the stream's last `tail_keep`
+/// bytes are kept in a ring buffer; `finish` appends a line `[… N bytes elided …]` (N = bytes
+/// dropped) and the tail, whose start is moved forward to a line (or character) boundary the
+/// same way. The artifact thus stays valid UTF-8 when the input is. Holding back the bytes
+/// that may become the tail, rather than writing and reading them back, keeps the file writes
+/// at the artifact's size. Memory: `tail_keep` + 1 bytes (held bytes, then the ring, in one
+/// buffer) plus small buffers.
 #[derive(Debug)]
 pub struct CappedWriter {
     out: BufWriter<File>,
     cap: u64,
     tail_keep: usize,
-    /// Bytes given to the file while under the cap.
+    /// Bytes given to the file while under the cap: at most the head limit.
     written: u64,
     /// Bytes given to `write` in all.
     total: u64,
+    /// Under the cap: the bytes after the head limit.
+    held: Vec<u8>,
     /// Past the cap: the kept head's length and whether it ends with a newline, and the tail.
     over: Option<Over>,
 }
@@ -289,6 +297,7 @@ impl CappedWriter {
             tail_keep: usize::try_from(tail_keep).unwrap_or(usize::MAX),
             written: 0,
             total: 0,
+            held: Vec::new(),
             over: None,
         }
     }
@@ -298,55 +307,64 @@ impl CappedWriter {
         self.total
     }
 
-    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+    /// Where the head part ends at the latest.
+    fn head_limit(&self) -> u64 {
+        self.cap - self.tail_keep as u64
+    }
+
+    pub fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
         self.total += data.len() as u64;
         if let Some(over) = &mut self.over {
             over.tail.push(data);
             return Ok(());
         }
-        let room = self.cap - self.written;
-        if data.len() as u64 <= room {
-            self.out.write_all(data)?;
-            self.written += data.len() as u64;
+        let room = self.head_limit() - self.written;
+        if room > 0 {
+            // `room` is below `data.len()` whenever it is split, so the cut fits usize.
+            let (to_file, rest) = data.split_at((data.len() as u64).min(room) as usize);
+            self.out.write_all(to_file)?;
+            self.written += to_file.len() as u64;
+            data = rest;
+        }
+        if data.is_empty() {
             return Ok(());
         }
-        // `room` < data.len(), so it fits usize.
-        let (fits, rest) = data.split_at(room as usize);
-        self.out.write_all(fits)?;
-        self.written = self.cap;
-        self.go_over(rest)
+        if self.total <= self.cap {
+            if self.held.is_empty() {
+                // One allocation: it becomes the ring if the stream passes the cap.
+                self.held.reserve_exact(self.tail_keep + 1);
+            }
+            self.held.extend_from_slice(data);
+            return Ok(());
+        }
+        self.go_over(data)
     }
 
-    /// The stream just passed the cap: cut the file back to its head part and move what
-    /// follows the cut into the ring (reading it back from the file once).
+    /// The stream just passed the cap (`rest` is what follows the held bytes): cut the file
+    /// back to its head part and move the stream's end into the ring. The file holds exactly
+    /// the head limit's bytes, so the ring needs at most one byte of it (see [`Ring`]).
     fn go_over(&mut self, rest: &[u8]) -> io::Result<()> {
         self.out.flush()?;
-        let tail_keep = self.tail_keep as u64;
-        let head_limit = self.cap - tail_keep;
+        let head_limit = self.head_limit();
         let search_from = head_limit.saturating_sub(BOUNDARY_SEARCH as u64);
         let file = self.out.get_mut();
 
-        // The region to search, plus the byte at the limit (it exists: the file holds `cap`).
+        // The region to search, plus the byte at the limit: the first one after the file.
         let mut near = Vec::new();
         file.seek(SeekFrom::Start(search_from))?;
-        Read::by_ref(file).take(head_limit - search_from + 1).read_to_end(&mut near)?;
-        let limit = (head_limit - search_from) as usize;
-        let cut_in_near = head_cut(&near, limit.min(near.len()));
+        Read::by_ref(file).take(head_limit - search_from).read_to_end(&mut near)?;
+        let limit = near.len();
+        near.extend(self.held.first().or(rest.first()));
+        let cut_in_near = head_cut(&near, limit);
         let cut = search_from + cut_in_near as u64;
         let head_ends_newline = cut_in_near > 0 && near[cut_in_near - 1] == b'\n';
 
-        // The ring keeps one byte more than the tail, as context for finding a line start.
-        let mut tail = Ring::new(self.tail_keep + 1);
-        let ring_from = cut.max(self.cap.saturating_sub(tail_keep + 1));
-        file.seek(SeekFrom::Start(ring_from))?;
-        let mut chunk = vec![0; BOUNDARY_SEARCH];
-        loop {
-            let n = file.read(&mut chunk)?;
-            if n == 0 {
-                break;
-            }
-            tail.push(&chunk[..n]);
-        }
+        // The ring keeps one byte more than the tail, as context for finding a line start: the
+        // last file byte, unless the head keeps it.
+        let context = &near[cut_in_near.max(limit.saturating_sub(1))..limit];
+        let mut held = std::mem::take(&mut self.held);
+        held.splice(0..0, context.iter().copied());
+        let mut tail = Ring::from_vec(held, self.tail_keep + 1);
         tail.push(rest);
         file.set_len(cut)?;
         file.seek(SeekFrom::Start(cut))?;
@@ -356,31 +374,162 @@ impl CappedWriter {
 
     /// Flushes everything; past the cap, writes the elision line and the kept tail.
     pub fn finish(mut self) -> io::Result<()> {
-        if let Some(over) = self.over.take() {
-            let len = over.tail.len();
-            let start = if len <= self.tail_keep {
-                // Nothing was evicted: the ring holds everything after the head's cut.
-                0
-            } else {
-                tail_start(&over.tail)
-            };
-            let tail_len = (len - start) as u64;
-            let dropped = self.total - over.head_len - tail_len;
-            if dropped > 0 {
-                if over.head_len > 0 && !over.head_ends_newline {
-                    self.out.write_all(b"\n")?;
-                }
-                writeln!(self.out, "[… {dropped} bytes elided …]")?;
+        let Some(over) = self.over.take() else {
+            self.out.write_all(&self.held)?;
+            return self.out.flush();
+        };
+        let len = over.tail.len();
+        let start = if len <= self.tail_keep {
+            // Nothing was evicted: the ring holds everything after the head's cut.
+            0
+        } else {
+            tail_start(&over.tail)
+        };
+        let tail_len = (len - start) as u64;
+        let dropped = self.total - over.head_len - tail_len;
+        if dropped > 0 {
+            if over.head_len > 0 && !over.head_ends_newline {
+                self.out.write_all(b"\n")?;
             }
-            let (a, b) = over.tail.as_slices();
-            if start < a.len() {
-                self.out.write_all(&a[start..])?;
-                self.out.write_all(b)?;
-            } else {
-                self.out.write_all(&b[start - a.len()..])?;
-            }
+            writeln!(self.out, "[… {dropped} bytes elided …]")?;
+        }
+        let (a, b) = over.tail.as_slices();
+        if start < a.len() {
+            self.out.write_all(&a[start..])?;
+            self.out.write_all(b)?;
+        } else {
+            self.out.write_all(&b[start - a.len()..])?;
         }
         self.out.flush()
+    }
+}
+
+/// Bytes [`ArtifactWriter`] gathers before handing them to its thread: few hand-offs, large
+/// writes.
+const HAND_OFF: usize = 256 << 10;
+
+/// Hand-offs queued for the writer thread before [`ArtifactWriter::write`] waits for it; with
+/// the one being written and the one being filled this bounds the buffers to four.
+const QUEUE: usize = 2;
+
+/// A [`CappedWriter`] on its own thread (SPEC §4.2: the artifact gets every chunk).
+///
+/// The file is written while the caller goes on reading and sanitizing: writing to the page
+/// cache costs about as much as everything else in the output path together. The thread owns
+/// the file; it ends, finishing the artifact, when the writer is finished or dropped. Memory:
+/// at most four buffers of [`HAND_OFF`] bytes (or of one `write`, if larger) plus the
+/// `CappedWriter`'s tail ring.
+///
+/// # Caveats
+/// A write error surfaces at a later [`write`](Self::write) or at [`finish`](Self::finish),
+/// not at the `write` whose bytes failed. Dropping the writer without `finish` leaves the
+/// thread to complete the file on its own.
+#[derive(Debug)]
+pub struct ArtifactWriter {
+    /// Bytes not yet handed to the thread.
+    pending: Vec<u8>,
+    /// `None` once the thread has stopped.
+    sender: Option<SyncSender<Vec<u8>>>,
+    /// Buffers the thread is done with, for reuse.
+    spare: Receiver<Vec<u8>>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl ArtifactWriter {
+    /// Starts the thread writing `file` through a [`CappedWriter`] with this cap.
+    pub fn spawn(file: File, cap: u64) -> io::Result<Self> {
+        let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(QUEUE);
+        let (give_back, spare) = mpsc::channel();
+        let thread =
+            std::thread::Builder::new().name("artifact-writer".to_owned()).spawn(move || {
+                let mut writer = CappedWriter::new(file, cap);
+                for mut buf in receiver {
+                    writer.write(&buf)?;
+                    buf.clear();
+                    // The other end may be gone already; the buffer is then simply freed.
+                    let _ = give_back.send(buf);
+                }
+                writer.finish()
+            })?;
+        Ok(Self {
+            pending: Vec::with_capacity(HAND_OFF),
+            sender: Some(sender),
+            spare,
+            thread: Some(thread),
+        })
+    }
+
+    /// Appends `data` to the artifact. An error means the thread stopped (it carries the
+    /// thread's error); the file then holds the stream up to some earlier point.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        self.pending.extend_from_slice(data);
+        if self.pending.len() >= HAND_OFF {
+            self.hand_off()?;
+        }
+        Ok(())
+    }
+
+    /// Like [`write`](Self::write), for a caller that is done with `text`: a large one is handed
+    /// to the thread as it is rather than copied. `text` is left empty, possibly holding another
+    /// buffer to reuse.
+    pub fn write_owned(&mut self, text: &mut String) -> io::Result<()> {
+        if !self.pending.is_empty() || text.len() < HAND_OFF / 4 {
+            self.write(text.as_bytes())?;
+            text.clear();
+            return Ok(());
+        }
+        // An empty buffer is valid UTF-8, so this never falls back to a new one.
+        let spare = String::from_utf8(self.spare_buffer()).unwrap_or_default();
+        self.send(std::mem::replace(text, spare).into_bytes())
+    }
+
+    /// Writes everything and finishes the artifact (see [`CappedWriter::finish`]).
+    pub fn finish(mut self) -> io::Result<()> {
+        if !self.pending.is_empty() {
+            self.hand_off()?;
+        }
+        // Closing the channel ends the thread's loop.
+        self.sender = None;
+        self.join()
+    }
+
+    fn hand_off(&mut self) -> io::Result<()> {
+        let next = self.spare_buffer();
+        let full = std::mem::replace(&mut self.pending, next);
+        self.send(full)
+    }
+
+    /// An empty buffer: one the thread gave back, else a new one.
+    fn spare_buffer(&mut self) -> Vec<u8> {
+        self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(HAND_OFF))
+    }
+
+    fn send(&mut self, full: Vec<u8>) -> io::Result<()> {
+        match self.sender.as_ref().map(|sender| sender.send(full)) {
+            Some(Ok(())) => Ok(()),
+            // The thread hung up: it failed.
+            _ => {
+                self.sender = None;
+                Err(self.join().err().unwrap_or_else(|| io::Error::other("artifact writer ended")))
+            }
+        }
+    }
+
+    fn join(&mut self) -> io::Result<()> {
+        match self.thread.take().map(JoinHandle::join) {
+            None => Err(io::Error::other("artifact writer already ended")),
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(io::Error::other("artifact writer panicked")),
+        }
+    }
+}
+
+impl Drop for ArtifactWriter {
+    fn drop(&mut self) {
+        // Not finished: hand over what is left; the thread completes the file on its own.
+        if !self.pending.is_empty() {
+            let _ = self.hand_off();
+        }
     }
 }
 
@@ -429,8 +578,14 @@ struct Ring {
 }
 
 impl Ring {
-    fn new(capacity: usize) -> Self {
-        Self { buf: vec![0; capacity.max(1)], pos: 0, filled: 0 }
+    /// A ring of `capacity` bytes holding `data` (at most `capacity` bytes), reusing its
+    /// allocation.
+    fn from_vec(mut data: Vec<u8>, capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        let filled = data.len().min(capacity);
+        data.truncate(filled);
+        data.resize(capacity, 0);
+        Self { buf: data, pos: filled % capacity, filled }
     }
 
     fn len(&self) -> usize {
@@ -661,6 +816,49 @@ mod tests {
         let text = "é".repeat(200);
         let want = format!("{}\n[… 300 bytes elided …]\n{}", "é".repeat(35), "é".repeat(15));
         assert_eq!(capped(&[text.as_bytes()], 101, 30), want);
+    }
+
+    #[test]
+    fn artifacts_past_a_tiny_cap_stay_utf8() {
+        // A cap of 1 leaves no room for a tail; the head cannot end inside "é" either.
+        let text = "é".repeat(10);
+        assert_eq!(capped(&[text.as_bytes()], 1, TAIL_KEEP), "[… 20 bytes elided …]\n");
+    }
+
+    /// What an [`ArtifactWriter`] leaves in the file.
+    fn threaded(chunks: &[&str], cap: u64, owned: bool) -> String {
+        let mut file = tempfile::tempfile().unwrap();
+        let mut writer = ArtifactWriter::spawn(file.try_clone().unwrap(), cap).unwrap();
+        for chunk in chunks {
+            if owned {
+                let mut text = (*chunk).to_owned();
+                writer.write_owned(&mut text).unwrap();
+                assert!(text.is_empty());
+            } else {
+                writer.write(chunk.as_bytes()).unwrap();
+            }
+        }
+        writer.finish().unwrap();
+        let mut text = String::new();
+        file.seek(SeekFrom::Start(0)).unwrap();
+        file.read_to_string(&mut text).unwrap();
+        text
+    }
+
+    #[test]
+    fn artifacts_writer_thread_writes_what_the_capped_writer_would() {
+        let small: Vec<String> = (0..2000).map(|i| format!("line {i}\n")).collect();
+        let small: Vec<&str> = small.iter().map(String::as_str).collect();
+        let big = "0123456789abcdef\n".repeat(HAND_OFF / 8);
+        let mixed = [big.as_str(), "tail\n", big.as_str(), "end"];
+        for chunks in [&small[..], &mixed[..]] {
+            for cap in [DEFAULT_ARTIFACT_CAP, 10_000, 100_000] {
+                let bytes: Vec<&[u8]> = chunks.iter().map(|c| c.as_bytes()).collect();
+                let want = capped(&bytes, cap, TAIL_KEEP);
+                assert_eq!(threaded(chunks, cap, false), want, "cap {cap}");
+                assert_eq!(threaded(chunks, cap, true), want, "cap {cap}, owned");
+            }
+        }
     }
 
     proptest! {

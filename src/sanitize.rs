@@ -4,13 +4,19 @@
 //! Bytes go through three stages inside one [`Sanitizer`]:
 //!
 //! ```text
-//!   bytes ──► UTF-8 decoder      keeps at most 3 bytes of a character cut by a read
-//!         ──► escape parser      ground / ESC / CSI / string states; SGR updates the style
+//!   bytes ──► escape parser      ground / ESC / CSI / string states; SGR updates the style
+//!         ──► UTF-8 decoder      ground state only; at most 3 bytes of a cut character wait
 //!         ──► current line       CR overwrite; complete lines are appended to `out`
 //! ```
 //!
 //! The output is the same for every way of cutting the input into pushes: every decision
-//! depends on the decoded character stream only, never on where a push ends.
+//! depends on the decoded character stream only, never on where a push ends. Only text needs
+//! decoding: inside a sequence every byte that matters is ASCII, and a UTF-8 sequence never
+//! contains an ASCII byte.
+//!
+//! Speed: plain ASCII (most output) is scanned a block at a time and passed on without a copy;
+//! everything else goes through a table-driven byte loop (see [`BYTE_OUT`]), so that random
+//! bytes, where every branch is a coin toss, still run at hundreds of MB/s.
 //!
 //! Decisions the SPEC leaves open:
 //! - **C1 controls** (U+0080–U+009F, UTF-8 `C2 80`–`C2 9F`) are removed one character at a time;
@@ -45,6 +51,14 @@ pub const PENDING_CAP: usize = 64 * 1024;
 /// bytes; longer ones are still removed, only their style change is ignored.
 const CSI_PARAMS_CAP: usize = 256;
 
+/// Text decoded from invalid UTF-8 is passed on in pieces of about this many bytes, which bounds
+/// the scratch buffer however long the invalid stretch.
+const SCRATCH_FLUSH: usize = 16 * 1024;
+
+/// A plain ASCII run at least this long (bytes) ends the character-at-a-time path: it is passed
+/// on without a copy.
+const LONG_ASCII_RUN: usize = 64;
+
 const BEL: u8 = 0x07;
 const CAN: u8 = 0x18;
 const SUB: u8 = 0x1a;
@@ -72,6 +86,17 @@ pub struct Style {
     pub underline: bool,
     pub reverse: bool,
     pub strikethrough: bool,
+}
+
+impl Style {
+    /// `self == Style::default()`, without the derived comparison's branches: this runs for
+    /// every SGR sequence and span.
+    fn is_default(&self) -> bool {
+        self.fg.is_none()
+            & self.bg.is_none()
+            & !(self.bold | self.dim | self.italic | self.underline | self.reverse)
+            & !self.strikethrough
+    }
 }
 
 /// A styled byte range `[start, end)` of the text a [`Sanitizer`] appended to its output string.
@@ -111,6 +136,8 @@ pub struct Sanitizer {
     /// The CSI sequence read so far can still be an SGR (no private marker, no intermediate).
     csi_is_sgr: bool,
     style: Style,
+    /// `style` is not the default (text in the default style gets no span).
+    styled: bool,
     /// The current line, not yet emitted.
     line: String,
     /// Spans of `line`, offsets relative to its start.
@@ -119,6 +146,9 @@ pub struct Sanitizer {
     overwrite: bool,
     /// [`PENDING_CAP`], lowered by tests to exercise the flush with small inputs.
     pending_cap: usize,
+    /// Text gathered by [`mixed`](Self::mixed): [`SCRATCH_FLUSH`] bytes and room for one more
+    /// character.
+    scratch: Vec<u8>,
 }
 
 impl Default for Sanitizer {
@@ -152,10 +182,12 @@ impl Sanitizer {
             csi_params: Vec::new(),
             csi_is_sgr: false,
             style: Style::default(),
+            styled: false,
             line: String::new(),
             line_spans: Vec::new(),
             overwrite: false,
             pending_cap: PENDING_CAP,
+            scratch: Vec::new(),
         }
     }
 
@@ -190,7 +222,7 @@ impl Sanitizer {
     fn end(&mut self, out: &mut Out<'_>) {
         if self.utf8_len > 0 {
             self.utf8_len = 0;
-            self.process("\u{FFFD}", out);
+            self.process(REPLACEMENT, out);
         }
         self.flush_line(out);
         let pending_cap = self.pending_cap;
@@ -198,41 +230,13 @@ impl Sanitizer {
         self.pending_cap = pending_cap;
     }
 
-    /// UTF-8 decoding: whole characters go to [`process`](Self::process); invalid bytes become
-    /// U+FFFD by maximal subpart (the rule of `String::from_utf8_lossy`, which `Utf8Error`'s
-    /// `error_len` follows); a character cut by the end of `bytes` waits in `utf8_buf`.
+    /// Hands `bytes` to the parser, first completing a character cut by the previous push.
     fn feed(&mut self, mut bytes: &[u8], out: &mut Out<'_>) {
         if self.utf8_len > 0 {
             let used = self.complete_cut_char(bytes, out);
             bytes = &bytes[used..];
         }
-        // `str::from_utf8` rather than `utf8_chunks`: it is several times faster on ASCII, and
-        // validating the valid prefix twice after an error costs less than that.
-        while !bytes.is_empty() {
-            let error = match std::str::from_utf8(bytes) {
-                Ok(text) => {
-                    self.process(text, out);
-                    return;
-                }
-                Err(error) => error,
-            };
-            let (valid, rest) = bytes.split_at(error.valid_up_to());
-            if let Ok(text) = std::str::from_utf8(valid) {
-                self.process(text, out);
-            }
-            match error.error_len() {
-                Some(len) => {
-                    self.process("\u{FFFD}", out);
-                    bytes = &rest[len..];
-                }
-                None => {
-                    // Cut by the end of this push (at most 3 bytes).
-                    self.utf8_buf[..rest.len()].copy_from_slice(rest);
-                    self.utf8_len = rest.len();
-                    return;
-                }
-            }
-        }
+        self.process(bytes, out);
     }
 
     /// Decodes the character whose start waits in `utf8_buf`, using the first bytes of `bytes`;
@@ -242,26 +246,20 @@ impl Sanitizer {
         let take = bytes.len().min(4 - have);
         let mut buf = self.utf8_buf;
         buf[have..have + take].copy_from_slice(&bytes[..take]);
-        let candidate = &buf[..have + take];
-        let (decoded, error) = match std::str::from_utf8(candidate) {
-            Ok(s) => (s, None),
-            Err(e) => (std::str::from_utf8(&candidate[..e.valid_up_to()]).unwrap_or(""), Some(e)),
-        };
-        if let Some(ch) = decoded.chars().next() {
-            // The stashed bytes were a valid prefix, so this character extends past them.
-            self.utf8_len = 0;
-            let len = ch.len_utf8();
-            self.process(&decoded[..len], out);
-            return len.saturating_sub(have);
-        }
-        match error.and_then(|e| e.error_len()) {
-            Some(bad) => {
+        match decode_char(&buf[..have + take]) {
+            Decoded::Char(_, len) => {
+                // The stashed bytes were a valid prefix, so this character extends past them.
                 self.utf8_len = 0;
-                self.process("\u{FFFD}", out);
+                self.process(&buf[..len], out);
+                len.saturating_sub(have)
+            }
+            Decoded::Invalid(bad) => {
+                self.utf8_len = 0;
+                self.process(REPLACEMENT, out);
                 // The invalid subpart may end inside the stash; the rest is decoded afresh.
                 bad.saturating_sub(have)
             }
-            None => {
+            Decoded::Cut => {
                 // Still cut (a short push): keep waiting.
                 self.utf8_buf = buf;
                 self.utf8_len = have + take;
@@ -270,27 +268,14 @@ impl Sanitizer {
         }
     }
 
-    /// The escape/control state machine over decoded text.
-    fn process(&mut self, s: &str, out: &mut Out<'_>) {
-        let b = s.as_bytes();
+    /// The escape/control state machine over raw bytes. Only ground state decodes UTF-8:
+    /// inside a sequence every byte that matters is ASCII, a non-ASCII byte aborts an ESC or
+    /// CSI sequence (and is then decoded as text), and string bodies are skipped unread.
+    fn process(&mut self, b: &[u8], out: &mut Out<'_>) {
         let mut i = 0;
         while i < b.len() {
             match self.state {
-                State::Ground => {
-                    let end = i + plain_run(&b[i..]);
-                    if end > i {
-                        self.plain(&s[i..end], out);
-                        i = end;
-                        continue;
-                    }
-                    if b[i] == 0xc2 {
-                        // `plain_run` stops at 0xC2 only when it encodes a C1 control.
-                        i += 2;
-                    } else {
-                        self.control(b[i], out);
-                        i += 1;
-                    }
-                }
+                State::Ground => i = self.ground(b, i, out),
                 State::Escape { intermediate } => {
                     let c = b[i];
                     match c {
@@ -313,20 +298,23 @@ impl Sanitizer {
                     i += 1;
                 }
                 State::Csi => {
-                    let c = b[i];
-                    match c {
-                        0x30..=0x3f => {
-                            // `<=>?` mark private sequences (`ESC [ > 4 ; 2 m` is not SGR).
-                            if c >= b'<' || self.csi_params.len() >= CSI_PARAMS_CAP {
-                                self.csi_is_sgr = false;
-                            } else if self.csi_is_sgr {
-                                self.csi_params.push(c);
-                            }
+                    // Parameter bytes in a tight loop: they are most of a sequence.
+                    while let Some(&c @ 0x30..=0x3f) = b.get(i) {
+                        // `<=>?` mark private sequences (`ESC [ > 4 ; 2 m` is not SGR).
+                        if c >= b'<' || self.csi_params.len() >= CSI_PARAMS_CAP {
+                            self.csi_is_sgr = false;
+                        } else if self.csi_is_sgr {
+                            self.csi_params.push(c);
                         }
+                        i += 1;
+                    }
+                    let Some(&c) = b.get(i) else { break };
+                    match c {
                         0x20..=0x2f => self.csi_is_sgr = false,
                         0x40..=0x7e => {
                             if c == b'm' && self.csi_is_sgr {
                                 apply_sgr(&mut self.style, &self.csi_params);
+                                self.styled = !self.style.is_default();
                             }
                             self.state = State::Ground;
                         }
@@ -339,6 +327,8 @@ impl Sanitizer {
                     i += 1;
                 }
                 State::Str => {
+                    // Bytes of a cut or invalid character are skipped like any other: none of
+                    // them is one of these four.
                     match b[i..].iter().position(|&c| matches!(c, BEL | ESC | CAN | SUB)) {
                         None => i = b.len(),
                         Some(p) => {
@@ -357,13 +347,126 @@ impl Sanitizer {
         }
     }
 
+    /// Ground state from `b[i]` on: text, newlines and controls, until a control starts a
+    /// sequence or the bytes end. Returns where it stopped.
+    fn ground(&mut self, b: &[u8], mut i: usize, out: &mut Out<'_>) -> usize {
+        while let Some(&c) = b.get(i) {
+            if is_plain_ascii(c) {
+                // The bulk of ordinary output: plain ASCII needs no decoding, and is passed on
+                // without a copy.
+                let end = i + plain_ascii_run(&b[i..]);
+                self.plain(assume_utf8(&b[i..end]), out);
+                i = end;
+            } else if c >= 0x80 {
+                i = self.mixed(b, i, out);
+            } else {
+                self.control(c, out);
+                i += 1;
+            }
+            if self.state != State::Ground {
+                break;
+            }
+        }
+        i
+    }
+
+    /// Ground state from `b[i]` (not plain ASCII) on, a byte at a time: UTF-8 decoding with
+    /// invalid bytes becoming U+FFFD by maximal subpart (the rule of `String::from_utf8_lossy`),
+    /// C1 and C0 controls removed, `\r` and ESC acted on. The text is gathered in `scratch`, so
+    /// that a stretch of noise costs one call to `plain` rather than one per character. Stops at
+    /// the bytes' end (a character cut by it waits in `utf8_buf`), when a sequence starts, or at
+    /// a long plain ASCII run, which [`ground`](Self::ground) passes on without copying. Returns
+    /// where it stopped.
+    ///
+    /// Random bytes are the worst case (every branch is a coin toss), so most bytes take one
+    /// table look-up and no branch: see [`BYTE_OUT`].
+    fn mixed(&mut self, b: &[u8], mut i: usize, out: &mut Out<'_>) -> usize {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.resize(SCRATCH_FLUSH + 8, 0);
+        // `buf[..n]` is the text so far.
+        let mut n = 0;
+        // Plain ASCII bytes in a row at the end of `buf[..n]`.
+        let mut ascii_run = 0;
+        while let Some(&c) = b.get(i) {
+            // The next byte's top two bits tell whether it can continue a character; past the
+            // end, assume it can (a lead byte there is then looked at, and waits).
+            let next = b.get(i + 1).map_or(2, |&d| d >> 6);
+            let entry = BYTE_OUT[usize::from(c)][usize::from(next)];
+            if entry != SPECIAL {
+                let len = (entry >> 24) as usize;
+                ascii_run = (ascii_run + 1) * usize::from(len == 1);
+                if ascii_run == LONG_ASCII_RUN {
+                    // Back to the fast path, from the run's start.
+                    n -= LONG_ASCII_RUN - 1;
+                    i -= LONG_ASCII_RUN - 1;
+                    break;
+                }
+                // Four bytes written, `len` of them kept.
+                buf[n..n + 4].copy_from_slice(&entry.to_le_bytes());
+                n += len;
+                i += 1;
+            } else if c >= 0x80 {
+                ascii_run = 0;
+                match decode_char(&b[i..]) {
+                    Decoded::Char(ch, len) => {
+                        if !is_c1(ch) {
+                            buf[n..n + len].copy_from_slice(&b[i..i + len]);
+                            n += len;
+                        }
+                        i += len;
+                    }
+                    Decoded::Invalid(len) => {
+                        buf[n..n + 3].copy_from_slice(REPLACEMENT);
+                        n += 3;
+                        i += len;
+                    }
+                    Decoded::Cut => {
+                        // Only the end of `b` cuts a character short: at most 3 bytes.
+                        let rest = &b[i..];
+                        self.utf8_buf[..rest.len()].copy_from_slice(rest);
+                        self.utf8_len = rest.len();
+                        i = b.len();
+                    }
+                }
+            } else {
+                // `\r` or ESC: what came before belongs to the line they act on.
+                ascii_run = 0;
+                self.plain_scratch(&buf[..n], out);
+                n = 0;
+                self.control(c, out);
+                i += 1;
+                if self.state != State::Ground {
+                    break;
+                }
+            }
+            if n >= SCRATCH_FLUSH {
+                self.plain_scratch(&buf[..n], out);
+                n = 0;
+                // The run's start is gone from `buf`: count afresh.
+                ascii_run = 0;
+            }
+        }
+        self.plain_scratch(&buf[..n], out);
+        self.scratch = buf;
+        i
+    }
+
+    /// [`plain`](Self::plain) over text [`mixed`](Self::mixed) gathered: only whole UTF-8
+    /// sequences (plain ASCII and U+FFFD from [`BYTE_OUT`] or [`REPLACEMENT`], and characters
+    /// [`decode_char`] found well-formed, copied from the input).
+    fn plain_scratch(&mut self, text: &[u8], out: &mut Out<'_>) {
+        if !text.is_empty() {
+            self.plain(assume_utf8(text), out);
+        }
+    }
+
     /// Text and newlines, no other controls.
     fn plain(&mut self, run: &str, out: &mut Out<'_>) {
-        let Some(first) = run.find('\n') else {
+        let Some(first) = first_newline(run.as_bytes()) else {
             self.text(run, out);
             return;
         };
-        let last = run.rfind('\n').unwrap_or(first);
+        let last = last_newline(run.as_bytes()).unwrap_or(first);
         if first > 0 {
             self.text(&run[..first], out);
         }
@@ -371,7 +474,7 @@ impl Sanitizer {
         // The lines in between are complete and hold no `\r`: copy them in one go, the bulk
         // of ordinary output.
         let middle = &run[first + 1..last + 1];
-        if out.spans.is_none() || self.style == Style::default() {
+        if out.spans.is_none() || !self.styled {
             out.text.push_str(middle);
         } else {
             for line in middle.split_inclusive('\n') {
@@ -425,7 +528,9 @@ impl Sanitizer {
     fn append(&mut self, text: &str) {
         let start = self.line.len();
         self.line.push_str(text);
-        add_span(&mut self.line_spans, start, self.line.len(), self.style);
+        if self.styled {
+            add_span(&mut self.line_spans, start, self.line.len(), self.style);
+        }
     }
 
     fn end_line(&mut self, out: &mut Out<'_>) {
@@ -461,7 +566,7 @@ pub fn sanitize(bytes: &[u8]) -> String {
 /// Records `[start, end)` in `style`, extending the last span when it is contiguous and equal,
 /// so spans stay canonical whatever the chunking.
 fn add_span(spans: &mut Vec<Span>, start: usize, end: usize, style: Style) {
-    if start == end || style == Style::default() {
+    if start == end || style.is_default() {
         return;
     }
     if let Some(last) = spans.last_mut() {
@@ -473,43 +578,148 @@ fn add_span(spans: &mut Vec<Span>, start: usize, end: usize, style: Style) {
     spans.push(Span { start, end, style });
 }
 
-/// Length of the leading run of `b` (valid UTF-8) that is plain text or newlines: everything
-/// except C0 controls other than TAB and LF, DEL, and the C1 controls (`C2 80`–`C2 9F`).
-///
-/// This is the hot loop for ordinary output, so it skips eight bytes at a time while none of
-/// them can need attention.
-fn plain_run(b: &[u8]) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // "Some byte of w is below n" (n <= 0x80), exact for the word as a whole; a byte equal to
-    // x is a byte of `w ^ x` below 1. TAB and LF make a word "need a look" too, and pass below.
-    let has_below = |w: u64, n: u64| w.wrapping_sub(ONES * n) & !w & HIGHS != 0;
-    let needs_look = |w: u64| {
-        has_below(w, 0x20) || has_below(w ^ (ONES * 0x7f), 1) || has_below(w ^ (ONES * 0xc2), 1)
-    };
+/// Bytes the scanners below test per step. A block is tested whole, with no early exit inside
+/// it, which lets the compiler use SIMD compares: these loops carry ordinary output.
+const BLOCK: usize = 32;
 
-    let mut i = 0;
-    loop {
-        while let Some(word) = b.get(i..i + 8) {
-            let mut bytes = [0; 8];
-            bytes.copy_from_slice(word);
-            if needs_look(u64::from_ne_bytes(bytes)) {
-                break;
-            }
-            i += 8;
+/// Printable ASCII, TAB or LF: text that needs neither decoding nor removal.
+const fn is_plain_ascii(c: u8) -> bool {
+    (c.wrapping_sub(0x20) < 0x5f) | (c.wrapping_sub(b'\t') < 2)
+}
+
+/// Length of the leading run of `b` for which `pred` holds, testing [`BLOCK`] bytes at a time.
+#[inline(always)]
+fn run_len(b: &[u8], pred: impl Fn(u8) -> bool) -> usize {
+    // Between escape sequences runs are mostly short: a few bytes one by one first.
+    let head = b.len().min(SHORT_RUN);
+    if let Some(p) = b[..head].iter().position(|&c| !pred(c)) {
+        return p;
+    }
+    let mut i = head;
+    for block in b[head..].chunks_exact(BLOCK) {
+        if !block.iter().fold(true, |all, &c| all & pred(c)) {
+            break;
         }
-        let stop = (i + 8).min(b.len());
-        while i < stop {
-            match b[i] {
-                b'\t' | b'\n' | 0x20..=0x7e | 0x80..=0xc1 | 0xc3.. => i += 1,
-                0xc2 if b.get(i + 1).is_some_and(|&next| next >= 0xa0) => i += 2,
-                _ => return i,
-            }
+        i += BLOCK;
+    }
+    i + b[i..].iter().position(|&c| !pred(c)).unwrap_or(b.len() - i)
+}
+
+/// Runs shorter than this (bytes) are searched a byte at a time: text between escape sequences
+/// is mostly a few bytes, where setting up `memchr` costs more than it saves.
+const SHORT_RUN: usize = 16;
+
+fn first_newline(b: &[u8]) -> Option<usize> {
+    if b.len() < SHORT_RUN {
+        b.iter().position(|&c| c == b'\n')
+    } else {
+        memchr::memchr(b'\n', b)
+    }
+}
+
+fn last_newline(b: &[u8]) -> Option<usize> {
+    if b.len() < SHORT_RUN {
+        b.iter().rposition(|&c| c == b'\n')
+    } else {
+        memchr::memrchr(b'\n', b)
+    }
+}
+
+/// Bytes this module has built or checked to be UTF-8, as text.
+///
+/// Validating them again would cost a third of the time on random bytes, and a call per short
+/// run on ordinary output. Debug builds (the tests) still check.
+fn assume_utf8(bytes: &[u8]) -> &str {
+    debug_assert!(std::str::from_utf8(bytes).is_ok(), "not UTF-8: {bytes:?}");
+    // SAFETY: callers pass plain ASCII runs (`plain_ascii_run`) or text `mixed` built from whole
+    // UTF-8 sequences only (see `plain_scratch`).
+    unsafe { std::str::from_utf8_unchecked(bytes) }
+}
+
+/// Length of the leading run of plain ASCII in `b` (see [`is_plain_ascii`]).
+fn plain_ascii_run(b: &[u8]) -> usize {
+    run_len(b, is_plain_ascii)
+}
+
+/// U+FFFD REPLACEMENT CHARACTER, what an invalid UTF-8 sequence becomes.
+const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
+
+/// [`BYTE_OUT`] entry of a byte that needs a closer look: `\r`, ESC, or a UTF-8 lead byte
+/// followed by a continuation byte.
+const SPECIAL: u32 = u32::MAX;
+
+/// What a byte becomes in ground state, by the byte and the top two bits of the next one (`2`
+/// for a continuation byte `80`–`BF`): up to three bytes of text (little-endian) and their
+/// count in the top byte, or [`SPECIAL`]. Plain ASCII is itself; other C0 controls and DEL are
+/// nothing; a byte that cannot start a character (`80`–`C1`, `F5`–`FF`), or a lead byte not
+/// followed by a continuation byte, is one U+FFFD.
+static BYTE_OUT: [[u32; 4]; 256] = {
+    const FFFD: u32 = 3 << 24 | 0xbd << 16 | 0xbf << 8 | 0xef;
+    let mut table = [[0u32; 4]; 256];
+    let mut c = 0;
+    while c < 256 {
+        let byte = c as u8;
+        let entry = if is_plain_ascii(byte) {
+            1 << 24 | byte as u32
+        } else if byte == b'\r' || byte == ESC {
+            SPECIAL
+        } else if byte < 0x80 {
+            0
+        } else {
+            FFFD
+        };
+        table[c] = [entry; 4];
+        if byte >= 0xc2 && byte <= 0xf4 {
+            table[c][2] = SPECIAL;
         }
-        if i >= b.len() {
-            return b.len();
+        c += 1;
+    }
+    table
+};
+
+/// The first character of some bytes, as UTF-8 sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decoded {
+    /// A valid character and its length in bytes.
+    Char(char, usize),
+    /// An invalid sequence: its maximal subpart (Unicode §3.9, the rule of
+    /// `String::from_utf8_lossy`) has this many bytes and becomes one U+FFFD.
+    Invalid(usize),
+    /// A valid start that the bytes end too early to complete.
+    Cut,
+}
+
+/// Decodes the first character of `b` (non-empty) by the well-formed byte sequences of Unicode
+/// Table 3-7: the lead byte gives the length, the payload bits and the range of the second byte;
+/// the others are continuation bytes.
+#[inline(always)]
+fn decode_char(b: &[u8]) -> Decoded {
+    let (len, mut code, second) = match b[0] {
+        c @ 0x00..=0x7f => return Decoded::Char(char::from(c), 1),
+        c @ 0xc2..=0xdf => (2, u32::from(c & 0x1f), 0x80..=0xbf),
+        0xe0 => (3, 0, 0xa0..=0xbf),
+        c @ (0xe1..=0xec | 0xee..=0xef) => (3, u32::from(c & 0x0f), 0x80..=0xbf),
+        0xed => (3, 0x0d, 0x80..=0x9f),
+        0xf0 => (4, 0, 0x90..=0xbf),
+        c @ 0xf1..=0xf3 => (4, u32::from(c & 0x07), 0x80..=0xbf),
+        0xf4 => (4, 0x04, 0x80..=0x8f),
+        _ => return Decoded::Invalid(1),
+    };
+    for k in 1..len {
+        match b.get(k) {
+            None => return Decoded::Cut,
+            Some(c) if k == 1 && !second.contains(c) => return Decoded::Invalid(1),
+            Some(&c) if c & 0xc0 != 0x80 => return Decoded::Invalid(k),
+            Some(&c) => code = code << 6 | u32::from(c & 0x3f),
         }
     }
+    // The ranges above leave only scalar values; `from_u32` checks it once more.
+    char::from_u32(code).map_or(Decoded::Invalid(len), |ch| Decoded::Char(ch, len))
+}
+
+/// A C1 control (U+0080–U+009F).
+fn is_c1(ch: char) -> bool {
+    matches!(ch, '\u{80}'..='\u{9f}')
 }
 
 /// Applies one SGR parameter string (`1;38;5;208`, `38:2::255:0:0`, empty = reset).
@@ -704,6 +914,33 @@ mod tests {
         ];
         for (input, expected) in cases {
             assert_eq!(sanitize(input), *expected, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn long_noise_and_plain_runs_interleave() {
+        // Invalid bytes, long ASCII runs (the copy-free path) and multi-byte characters, across
+        // the scratch buffer's flush size.
+        let mut bytes = Vec::new();
+        for i in 0..3000u32 {
+            bytes.extend_from_slice(b"\xff\xc3");
+            bytes.extend(std::iter::repeat(b'a' + (i % 26) as u8).take((i % 130) as usize));
+            bytes.extend_from_slice("é\u{85}😀\x01\n".as_bytes());
+        }
+        let expected: String = String::from_utf8_lossy(&bytes)
+            .chars()
+            .filter(|&c| !c.is_control() || c == '\n')
+            .collect();
+        assert_eq!(sanitize(&bytes), expected);
+        assert_eq!(chunked(&bytes, &[1, 4097, 65_536, 100_003], PENDING_CAP).0, expected);
+
+        // A long ASCII run that starts just before the scratch buffer is passed on.
+        for noise in SCRATCH_FLUSH / 3 - 2..SCRATCH_FLUSH / 3 + 2 {
+            let mut bytes = vec![0xff; noise];
+            bytes.extend_from_slice(&[b'a'; 3 * LONG_ASCII_RUN]);
+            let expected =
+                format!("{}{}", "\u{FFFD}".repeat(noise), "a".repeat(3 * LONG_ASCII_RUN));
+            assert_eq!(sanitize(&bytes), expected);
         }
     }
 
@@ -971,6 +1208,23 @@ mod tests {
         fn byte_at_a_time_matches_whole(bytes in tricky_bytes()) {
             let cuts: Vec<usize> = (0..bytes.len()).collect();
             prop_assert_eq!(chunked(&bytes, &cuts, 7), chunked(&bytes, &[], 7));
+        }
+
+        #[test]
+        fn noise_decodes_like_from_utf8_lossy_without_controls(
+            bytes in prop::collection::vec(
+                any::<u8>().prop_filter("no ESC or CR", |b| *b != ESC && *b != b'\r'),
+                0..3000,
+            ),
+            cuts in prop::collection::vec(any::<usize>(), 0..8),
+        ) {
+            // Without ESC and CR nothing but removal happens: every C0, DEL and C1 control goes,
+            // everything else reads as `from_utf8_lossy` does, however the bytes are cut.
+            let expected: String = String::from_utf8_lossy(&bytes)
+                .chars()
+                .filter(|&c| !c.is_control() || c == '\t' || c == '\n')
+                .collect();
+            prop_assert_eq!(chunked(&bytes, &cuts, PENDING_CAP).0, expected);
         }
 
         #[test]

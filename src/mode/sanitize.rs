@@ -52,9 +52,9 @@ pub fn run(args: SanitizeArgs) -> crate::Result<i32> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),
         };
-        text.clear();
         sanitizer.push(&buf[..n], &mut text);
-        sink.push(&text);
+        // Leaves `text` empty for the next read.
+        sink.push_owned(&mut text);
     }
     text.clear();
     sanitizer.finish(&mut text);
