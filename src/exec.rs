@@ -243,7 +243,8 @@ impl Runtime {
                 }
                 None => sanitizer.push(bytes, &mut text),
             }
-            sink.push(&text);
+            // Hands the buffer to the artifact writer instead of copying it (leaves it empty).
+            sink.push_owned(&mut text);
             if let Some(f) = &on_update {
                 if throttle.ready(Instant::now()) {
                     f(live(&sink, display.as_ref(), sanitizer.pending(), false));
