@@ -278,13 +278,18 @@ struct Over {
     tail: Ring,
 }
 
+/// Room for the `[… N bytes elided …]` line and the newline that may precede it (at most
+/// 3 + 2 × 3 + 20 digits + 16 ASCII bytes): with it, an artifact never exceeds its cap.
+pub const ELISION_RESERVE: u64 = 64;
+
 /// Buffer size of the artifact file writer: sanitized chunks may be single lines.
 const WRITE_BUFFER: usize = 64 << 10;
 
 impl CappedWriter {
-    /// A writer with the default tail size ([`TAIL_KEEP`]).
+    /// A writer with the default tail size ([`TAIL_KEEP`]) whose file never exceeds `cap`
+    /// bytes: [`ELISION_RESERVE`] bytes of the cap are kept for the elision line.
     pub fn new(file: File, cap: u64) -> Self {
-        Self::with_limits(file, cap, TAIL_KEEP)
+        Self::with_limits(file, cap.saturating_sub(ELISION_RESERVE), TAIL_KEEP)
     }
 
     /// A writer keeping `tail_keep` bytes of the end past the cap. `tail_keep` is limited to
@@ -854,7 +859,9 @@ mod tests {
         for chunks in [&small[..], &mixed[..]] {
             for cap in [DEFAULT_ARTIFACT_CAP, 10_000, 100_000] {
                 let bytes: Vec<&[u8]> = chunks.iter().map(|c| c.as_bytes()).collect();
-                let want = capped(&bytes, cap, TAIL_KEEP);
+                // `new` keeps room for the elision line, so the file never exceeds the cap.
+                let want = capped(&bytes, cap - ELISION_RESERVE, TAIL_KEEP);
+                assert!(want.len() as u64 <= cap);
                 assert_eq!(threaded(chunks, cap, false), want, "cap {cap}");
                 assert_eq!(threaded(chunks, cap, true), want, "cap {cap}, owned");
             }
