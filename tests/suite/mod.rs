@@ -3,6 +3,7 @@
 mod exec;
 mod explain;
 mod nvim;
+mod pipeline;
 mod rpc;
 mod shell;
 mod support;
