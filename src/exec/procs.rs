@@ -73,6 +73,17 @@ fn environ_has(pid: i32, entry: &[u8]) -> bool {
 /// Live (non-zombie) processes that are `root` or descend from it, or carry `mark` in their
 /// environment. Never includes the backend itself.
 pub fn collect(root: Option<i32>, mark: Option<&str>) -> Vec<ProcInfo> {
+    collect_matching(root, None, mark)
+}
+
+/// Like [`collect`], plus every process of session `sid`: a PTY run's child is a session leader,
+/// and an interactive shell in it moves its jobs into process groups of their own, which can
+/// outlive the leader (then they are no longer its descendants).
+pub fn collect_session(sid: i32, mark: Option<&str>) -> Vec<ProcInfo> {
+    collect_matching(Some(sid), Some(sid), mark)
+}
+
+fn collect_matching(root: Option<i32>, session: Option<i32>, mark: Option<&str>) -> Vec<ProcInfo> {
     let me = std::process::id() as i32;
     let procs = all_procs();
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
@@ -87,6 +98,10 @@ pub fn collect(root: Option<i32>, mark: Option<&str>) -> Vec<ProcInfo> {
                 stack.extend(children.get(&pid).into_iter().flatten().copied());
             }
         }
+    }
+    // Session ids of 0 and 1 are the kernel's and init's: never a command's.
+    if let Some(sid) = session.filter(|&s| s > 1) {
+        wanted.extend(procs.iter().filter(|p| p.session == sid).map(|p| p.pid));
     }
     if let Some(mark) = mark {
         let entry = mark.as_bytes();
@@ -119,7 +134,17 @@ fn signal_all(procs: &[ProcInfo], sig: i32) {
 /// (`NAME=value`) that identifies escapees. Returns when no matching live process remains (or
 /// after a bounded number of SIGKILL rounds). Blocking: call from a blocking thread.
 pub fn kill_tree_blocking(root: Option<i32>, mark: Option<&str>, grace: Duration) {
-    let procs = collect(root, mark);
+    kill_ladder(|| collect(root, mark), grace);
+}
+
+/// [`kill_tree_blocking`] for a PTY run: also every process of the session `sid`
+/// ([`collect_session`]).
+pub fn kill_session_blocking(sid: i32, mark: Option<&str>, grace: Duration) {
+    kill_ladder(|| collect_session(sid, mark), grace);
+}
+
+fn kill_ladder(find: impl Fn() -> Vec<ProcInfo>, grace: Duration) {
+    let procs = find();
     if procs.is_empty() {
         return;
     }
@@ -127,7 +152,7 @@ pub fn kill_tree_blocking(root: Option<i32>, mark: Option<&str>, grace: Duration
     let deadline = Instant::now() + grace;
     loop {
         reap_adopted();
-        let alive = collect(root, mark);
+        let alive = find();
         if alive.is_empty() {
             return;
         }
@@ -138,7 +163,7 @@ pub fn kill_tree_blocking(root: Option<i32>, mark: Option<&str>, grace: Duration
     }
     // Processes may fork while dying: repeat SIGKILL rounds until nothing is left.
     for _ in 0..50 {
-        let alive = collect(root, mark);
+        let alive = find();
         if alive.is_empty() {
             break;
         }

@@ -284,6 +284,11 @@ fn request_from(obj: &Map<String, Value>, origin: Origin) -> std::result::Result
         tail: get_count(obj, "tail")?,
         tools,
         session_key: get_str(obj, "session_key")?,
+        pty: match obj.get("pty") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err("\"pty\" must be a boolean".into()),
+        },
     })
 }
 
