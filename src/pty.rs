@@ -24,11 +24,14 @@
 //! ([`run`]) only waits on channels:
 //! - the **slave** fd is dropped right after spawning: as long as we hold it, reading the master
 //!   never reaches EOF;
-//! - the **reader** thread owns a clone of the master fd. It reads, hands the raw bytes to the
-//!   subscriber ([`PtyHooks::on_output`]), feeds the [`screen::Screen`] (the vt100 parsing is the
-//!   CPU-heavy part, so it runs here, in parallel with the sink on the async side) and sends the
-//!   text of rows that left the screen over a bounded channel: a slow consumer slows the
-//!   program, memory stays bounded. EOF (EIO on Linux, once no process holds the slave) ends it;
+//! - the **reader** thread owns a duplicate of the master fd. It reads, feeds the
+//!   [`screen::Screen`] (the terminal emulation is the CPU-heavy part, so it runs here, in
+//!   parallel with the sink on the async side), hands the raw bytes to the subscriber
+//!   ([`PtyHooks::on_output`]) and sends the text of rows that left the screen over a bounded
+//!   channel: a slow consumer slows the program, memory stays bounded. Under a flood the text
+//!   goes in batches (one wake-up of the async side per [`TEXT_BATCH`] or [`BATCH_DELAY`]); as
+//!   soon as no more output is waiting (`poll`), whatever it has is sent. EOF (EIO on Linux,
+//!   once no process holds the slave) ends it;
 //! - the **writer** thread owns the master's writer and writes normalized input. Dropping the
 //!   writer sends `\n` + EOT to the terminal, so it is dropped only after the command ended;
 //! - the **waiter** thread owns the child and blocks in `wait`;
@@ -83,6 +86,10 @@ const SETTLE_AFTER_KILL: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 64 * 1024;
 /// Chunks in flight between the reader thread and [`run`]: the backpressure bound.
 const CHUNK_QUEUE: usize = 16;
+/// While output keeps coming, screen text is sent on in batches of about this size...
+const TEXT_BATCH: usize = 64 * 1024;
+/// ... or this often, so live views keep moving (SPEC §4.2 allows 20 updates per second).
+const BATCH_DELAY: Duration = Duration::from_millis(25);
 /// The terminal type programs see (SPEC §6).
 pub const TERM: &str = "xterm-256color";
 
@@ -264,14 +271,17 @@ pub async fn run(
 
     let pair = portable_pty::native_pty_system().openpty(size.pty_size()).map_err(pty_err)?;
     // Both master handles are taken before spawning, so a failure leaves no child behind.
-    let mut reader = pair.master.try_clone_reader().map_err(pty_err)?;
+    let reader = PtyReader::clone_of(pair.master.as_ref())?;
     let writer = pair.master.take_writer().map_err(pty_err)?;
-    let child = pair.slave.spawn_command(cmd).map_err(pty_err)?;
+    // Recorded as ours before the reaper can see it: a quick command exits at once.
+    let child = procs::spawn_owned(
+        || pair.slave.spawn_command(cmd).map_err(pty_err),
+        |c| c.process_id().map(|p| p as i32),
+    )?;
     // Without this, EOF never comes: we would hold the terminal open ourselves.
     drop(pair.slave);
     let master = pair.master;
     let pid = child.process_id().map(|p| p as i32).unwrap_or(-1);
-    procs::own_child(pid);
     let mark = format!("{}={run_mark}", procs::SHELL_VAR);
 
     let (exit_tx, mut exit_rx) = tokio::sync::oneshot::channel::<Option<i32>>();
@@ -289,15 +299,27 @@ pub async fn run(
         let app_cursor = app_cursor.clone();
         let on_output = hooks.on_output.clone();
         std::thread::Builder::new().name("pty-read".into()).spawn(move || {
+            let mut reader = reader;
             let mut buf = vec![0u8; READ_CHUNK];
+            // Text is batched while output keeps coming (one wake-up of the async side per
+            // batch, not per 4 KiB read) and sent as soon as the terminal goes quiet.
+            let mut text = String::new();
+            let mut unsent = false;
+            let mut last_send = Instant::now();
             loop {
+                if unsent && !reader.ready() {
+                    if chunk_tx.blocking_send(Chunk { text: std::mem::take(&mut text) }).is_err() {
+                        return;
+                    }
+                    unsent = false;
+                    last_send = Instant::now();
+                }
                 let n = match reader.read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 };
-                let mut text = String::new();
                 {
                     let mut s = lock(&screen);
                     s.process(&buf[..n]);
@@ -309,10 +331,17 @@ pub async fn run(
                 if let Some(f) = &on_output {
                     f(&buf[..n]);
                 }
-                if chunk_tx.blocking_send(Chunk { text }).is_err() {
-                    // The run is over; nobody wants more output.
-                    break;
+                unsent = true;
+                if text.len() >= TEXT_BATCH || last_send.elapsed() >= BATCH_DELAY {
+                    if chunk_tx.blocking_send(Chunk { text: std::mem::take(&mut text) }).is_err() {
+                        return;
+                    }
+                    unsent = false;
+                    last_send = Instant::now();
                 }
+            }
+            if unsent {
+                let _ = chunk_tx.blocking_send(Chunk { text });
             }
         })?;
     }
@@ -365,7 +394,7 @@ pub async fn run(
             chunk = chunk_rx.recv(), if !eof => match chunk {
                 Some(c) => {
                     out.text(&c.text);
-                    out.tick(&|| lock(&screen).visible_text());
+                    out.tick(&|| lock(&screen).live_text());
                 }
                 None => eof = true,
             },
@@ -423,6 +452,43 @@ pub async fn run(
     drop(chunk_rx);
     drop(master);
     Ok(ending.unwrap_or(PtyEnd::Exited(exit.flatten())))
+}
+
+/// Our own read end of the master: a duplicate of its fd, so the reader thread can ask whether
+/// more output is waiting (`poll`) before blocking in `read`.
+struct PtyReader {
+    file: std::fs::File,
+}
+
+impl PtyReader {
+    fn clone_of(master: &dyn portable_pty::MasterPty) -> io::Result<PtyReader> {
+        use std::os::fd::FromRawFd;
+        let fd = master.as_raw_fd().ok_or_else(|| io::Error::other("PTY master has no fd"))?;
+        // SAFETY: duplicates a valid fd (close-on-exec: no command inherits it).
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `dup` is a fresh fd that nothing else owns.
+        Ok(PtyReader { file: unsafe { std::fs::File::from_raw_fd(dup) } })
+    }
+
+    /// Output is waiting: a read would not block.
+    fn ready(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd { fd: self.file.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, no timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & libc::POLLIN != 0
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.file.read(buf) {
+            // Linux reports "no process holds the terminal any more" as EIO: that is EOF.
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => Ok(0),
+            r => r,
+        }
+    }
 }
 
 async fn recv_control(rx: &mut Option<mpsc::UnboundedReceiver<PtyControl>>) -> Option<PtyControl> {

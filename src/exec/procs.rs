@@ -185,10 +185,32 @@ fn owned() -> &'static Mutex<HashSet<i32>> {
 }
 
 /// Records that `pid` is a child tokio (or std) owns and will reap itself.
+///
+/// # Caveats
+/// A child that exits before this call can be reaped by [`reap_adopted`] first, and its owner
+/// then loses the exit status. Where a child may exit at once, spawn it with [`spawn_owned`].
 pub fn own_child(pid: i32) {
     if let Ok(mut set) = owned().lock() {
         set.insert(pid);
     }
+}
+
+/// Spawns a child and records it as owned ([`own_child`]) with no gap: [`reap_adopted`] scans
+/// under the same lock, so it runs either before the child exists or after it is recorded.
+/// `pid_of` tells the new child's pid.
+pub fn spawn_owned<T, E>(
+    spawn: impl FnOnce() -> Result<T, E>,
+    pid_of: impl FnOnce(&T) -> Option<i32>,
+) -> Result<T, E> {
+    let mut set = match owned().lock() {
+        Ok(s) => s,
+        Err(p) => p.into_inner(),
+    };
+    let child = spawn()?;
+    if let Some(pid) = pid_of(&child) {
+        set.insert(pid);
+    }
+    Ok(child)
 }
 
 /// Forgets a pid recorded with [`own_child`] once its owner has reaped it.
@@ -202,7 +224,11 @@ pub fn disown_child(pid: i32) {
 /// Children that tokio owns are left alone: reaping them would steal their exit status.
 pub fn reap_adopted() {
     let me = std::process::id() as i32;
-    let owned: HashSet<i32> = owned().lock().map(|s| s.clone()).unwrap_or_default();
+    // Held for the whole scan: see [`spawn_owned`].
+    let owned = match owned().lock() {
+        Ok(s) => s,
+        Err(p) => p.into_inner(),
+    };
     let Ok(dir) = fs::read_dir("/proc") else { return };
     for entry in dir.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {

@@ -22,7 +22,25 @@
 //! At the end, [`Screen::finish`] scrolls the whole final screen out through the same callback,
 //! so the final screen is rendered by exactly the code that rendered the history, and drops the
 //! blank rows at the bottom: trailing blank screen rows are not output.
+//!
+//! # Fast path for plain lines
+//! vt100 costs about 2 µs per short line (it renders each scrolled row cell by cell), three times
+//! what the kernel's PTY costs: `yes` through the PTY would run at a third of its speed. But most
+//! bulk output is plain lines (`[ -~]*\r\n`, shorter than the width) streaming at the bottom of
+//! the screen, and their fate is known without emulation: each is written on the blank cursor
+//! row, scrolls up, and leaves the screen `rows - 1` lines later, unchanged. So when the cursor
+//! is at the start of a blank bottom row (main screen, no scroll region), plain lines are
+//! *deferred* instead of parsed. Once more than `rows - 1` are deferred, the oldest ones would
+//! have scrolled off: the rows above the cursor are scrolled out of the parser once ("flush"),
+//! and from then on the oldest deferred line is appended to the text directly. The last
+//! `rows - 1` lines stay deferred. Anything else (an escape sequence, a `\r` redraw, a long
+//! line, a query of the screen) first *materializes* the deferred lines: they are parsed for
+//! real (after a flush: from the top of the now blank screen, where they would be), so the
+//! parser's screen is exactly what it would have been. A partial plain line at the end of a
+//! chunk is carried, as it may still turn into a deferred line. Property tests check the result
+//! against the parser alone.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::num::NonZeroU16;
 
@@ -61,6 +79,105 @@ pub struct Screen {
     held_newlines: usize,
     /// Some text was given out: the final text ends with exactly one newline.
     emitted: bool,
+    /// Plain lines (without their `\r\n`) not yet given to the parser; see the module docs.
+    deferred: VecDeque<Vec<u8>>,
+    /// Emptied line buffers, reused.
+    spare: Vec<Vec<u8>>,
+    /// The parser's rows above the cursor were scrolled out for the deferred lines.
+    flushed: bool,
+    /// The plain start of a line whose end has not arrived yet (only while deferring is allowed).
+    partial: Vec<u8>,
+    /// Tracks scroll-region sequences in the bytes the parser gets (vt100 does not expose it).
+    region: RegionScan,
+    /// The fast path is on (off only to check it against the parser alone).
+    fast: bool,
+}
+
+/// Whether the main screen may have a scroll region: a scanner over the parser's input that
+/// mirrors how vt100 handles `CSI <top>;<bottom> r` (per screen), the alternate screen switches
+/// (`CSI ? 47 h/l`, `CSI ? 1049 h/l`) and RIS (`ESC c`). Conservative: any `CSI <params> r`
+/// counts as a region; only `CSI r` and RIS remove it; an unreadable sequence sets it for good.
+#[derive(Debug, Default)]
+struct RegionScan {
+    state: ScanState,
+    params: Vec<u8>,
+    intermediates: bool,
+    /// The scanner believes the alternate screen is shown.
+    alt: bool,
+    main_region: bool,
+    /// A sequence was too long to read: assume a region until RIS.
+    unsure: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum ScanState {
+    #[default]
+    Ground,
+    Esc,
+    Csi,
+}
+
+/// Longest parameter string read; longer ones make the scanner unsure.
+const MAX_SCAN_PARAMS: usize = 64;
+
+impl RegionScan {
+    fn region_possible(&self) -> bool {
+        self.main_region || self.unsure
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        if self.state == ScanState::Ground && !bytes.contains(&0x1b) {
+            return;
+        }
+        for &b in bytes {
+            match (self.state, b) {
+                (_, 0x1b) => self.state = ScanState::Esc,
+                // CAN and SUB abort a sequence.
+                (_, 0x18 | 0x1a) => self.state = ScanState::Ground,
+                (ScanState::Esc, b'[') => {
+                    self.state = ScanState::Csi;
+                    self.params.clear();
+                    self.intermediates = false;
+                }
+                (ScanState::Esc, b'c') => {
+                    *self = RegionScan::default();
+                }
+                (ScanState::Csi, 0x30..=0x3f) => {
+                    if self.params.len() < MAX_SCAN_PARAMS {
+                        self.params.push(b);
+                    } else {
+                        self.unsure = true;
+                    }
+                }
+                (ScanState::Csi, 0x20..=0x2f) => self.intermediates = true,
+                (ScanState::Csi, 0x40..=0x7e) => {
+                    self.state = ScanState::Ground;
+                    self.dispatch(b);
+                }
+                // C0 controls inside a sequence are executed; the sequence goes on.
+                (ScanState::Csi, _) => {}
+                _ => self.state = ScanState::Ground,
+            }
+        }
+    }
+
+    fn dispatch(&mut self, fin: u8) {
+        if self.intermediates {
+            return;
+        }
+        let private = self.params.first().is_some_and(|p| (b'<'..=b'?').contains(p));
+        match fin {
+            b'r' if !private && !self.alt => self.main_region = !self.params.is_empty(),
+            b'h' | b'l' if self.params.first() == Some(&b'?') => {
+                let switches =
+                    self.params[1..].split(|&c| c == b';').any(|p| p == b"47" || p == b"1049");
+                if switches {
+                    self.alt = fin == b'h';
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn dims(size: TermSize) -> (NonZeroU16, NonZeroU16) {
@@ -72,6 +189,11 @@ fn dims(size: TermSize) -> (NonZeroU16, NonZeroU16) {
     )
 }
 
+/// A plain line's text: printable ASCII only (one cell per byte, no control, no escape).
+fn is_plain(text: &[u8]) -> bool {
+    text.iter().all(|b| (0x20..=0x7e).contains(b))
+}
+
 impl Screen {
     pub fn new(size: TermSize) -> Screen {
         let (rows, cols) = dims(size);
@@ -79,12 +201,122 @@ impl Screen {
             parser: vt100::Parser::new_with_callbacks(rows, cols, 0, Capture::default()),
             held_newlines: 0,
             emitted: false,
+            deferred: VecDeque::new(),
+            spare: Vec::new(),
+            flushed: false,
+            partial: Vec::new(),
+            region: RegionScan::default(),
+            fast: true,
         }
     }
 
     /// Feeds program output.
-    pub fn process(&mut self, bytes: &[u8]) {
+    pub fn process(&mut self, mut input: &[u8]) {
+        while !input.is_empty() {
+            let (piece, complete) = match input.iter().position(|&b| b == b'\n') {
+                Some(i) => (&input[..=i], true),
+                None => (input, false),
+            };
+            input = &input[piece.len()..];
+            if self.fast && self.may_defer() {
+                let cols = usize::from(self.size().cols);
+                if complete {
+                    let text = &piece[..piece.len() - 1];
+                    if let Some(text) = text.strip_suffix(b"\r") {
+                        if is_plain(text) && self.partial.len() + text.len() < cols {
+                            let mut line = self.spare.pop().unwrap_or_default();
+                            line.clear();
+                            line.append(&mut self.partial);
+                            line.extend_from_slice(text);
+                            self.defer(line);
+                            continue;
+                        }
+                    }
+                } else if is_plain(piece) && self.partial.len() + piece.len() < cols {
+                    self.partial.extend_from_slice(piece);
+                    continue;
+                }
+            }
+            self.materialize();
+            self.feed(piece);
+        }
+    }
+
+    /// Gives bytes to the parser, watching for scroll regions.
+    fn feed(&mut self, bytes: &[u8]) {
+        self.region.feed(bytes);
         self.parser.process(bytes);
+    }
+
+    /// Whether plain lines may be deferred now: some already are (the parser has not changed
+    /// since), or the cursor is at the start of a blank bottom row of the main screen with no
+    /// scroll region.
+    fn may_defer(&self) -> bool {
+        if !self.deferred.is_empty() || !self.partial.is_empty() {
+            return true;
+        }
+        let screen = self.parser.screen();
+        let (rows, cols) = screen.size();
+        let bottom = rows.get() - 1;
+        !self.region.region_possible()
+            && screen.cursor_position() == (bottom, 0)
+            && !screen.alternate_screen()
+            && (0..cols.get())
+                .all(|c| screen.cell(bottom, c).is_none_or(|cell| !cell.has_contents()))
+    }
+
+    fn defer(&mut self, line: Vec<u8>) {
+        self.deferred.push_back(line);
+        let keep = usize::from(self.size().rows) - 1;
+        if self.deferred.len() <= keep {
+            return;
+        }
+        if !self.flushed {
+            // The deferred lines would start a new logical line only if the row above the
+            // cursor did not wrap into the cursor row; otherwise parse them for real.
+            if self.parser.screen().row_wrapped(self.size().rows - 2) {
+                self.materialize();
+                return;
+            }
+            // Scroll every row above the cursor out (they are captured), as the deferred lines
+            // would have.
+            let lfs = vec![b'\n'; keep];
+            self.parser.process(&lfs);
+            self.flushed = true;
+        }
+        while self.deferred.len() > keep {
+            let Some(line) = self.deferred.pop_front() else { break };
+            // After a flush the capture owes the previous row its newline: the row before a
+            // plain line never wrapped into it.
+            let text = &mut self.parser.callbacks_mut().text;
+            text.push('\n');
+            text.push_str(std::str::from_utf8(&line).unwrap_or_default());
+            self.spare.push(line);
+        }
+    }
+
+    /// Parses the deferred lines and the carried partial line for real.
+    fn materialize(&mut self) {
+        if self.deferred.is_empty() && self.partial.is_empty() {
+            return;
+        }
+        if self.flushed {
+            // The flushed screen is blank with the cursor at the bottom; the deferred lines are
+            // the last rows - 1 lines, which fill it from the top.
+            self.parser.process(b"\x1b[1;1H");
+            self.flushed = false;
+        }
+        while let Some(line) = self.deferred.pop_front() {
+            self.parser.process(&line);
+            self.parser.process(b"\r\n");
+            self.spare.push(line);
+        }
+        if !self.partial.is_empty() {
+            let partial = std::mem::take(&mut self.partial);
+            self.parser.process(&partial);
+            self.partial = partial;
+            self.partial.clear();
+        }
     }
 
     /// Appends the text of the rows that left the screen since the last call (formatted: SGR
@@ -107,6 +339,7 @@ impl Screen {
 
     /// Resizes the screen (clamped as the PTY is). Rows pushed off by a shrink are captured.
     pub fn resize(&mut self, size: TermSize) {
+        self.materialize();
         let (rows, cols) = dims(size);
         self.parser.set_size(rows, cols);
     }
@@ -117,13 +350,14 @@ impl Screen {
     }
 
     /// Whether the program asked for application cursor keys (`ESC [ ? 1 h`): arrows are then
-    /// sent as `ESC O A` instead of `ESC [ A`.
+    /// sent as `ESC O A` instead of `ESC [ A`. (Deferred lines cannot change modes.)
     pub fn application_cursor(&self) -> bool {
         self.parser.screen().application_cursor()
     }
 
     /// The current screen as plain text without its trailing blank rows, for live views.
-    pub fn visible_text(&self) -> String {
+    pub fn visible_text(&mut self) -> String {
+        self.materialize();
         let screen = self.parser.screen();
         let (_, cols) = screen.size();
         let mut out = String::new();
@@ -146,9 +380,25 @@ impl Screen {
         out
     }
 
+    /// For live views: the rows that left the screen but were not taken yet (parsing deferred
+    /// lines makes some), then [`Screen::visible_text`]. Takes nothing: the text stays in order
+    /// for [`Screen::take_text`].
+    pub fn live_text(&mut self) -> String {
+        let screen = self.visible_text();
+        let pending = &self.parser.callbacks().text;
+        if pending.is_empty() {
+            return screen;
+        }
+        let mut out: String = vt100::capture::basic_formatted_to_plain(pending).collect();
+        out.push('\n');
+        out.push_str(&screen);
+        out
+    }
+
     /// Ends the run: appends the final screen (what was visible when the command ended, the
     /// alternate screen if a full-screen program was still showing it) and the final newline.
     pub fn finish(&mut self, out: &mut String) {
+        self.materialize();
         self.parser.callbacks_mut().take_alternate = true;
         let rows = self.parser.screen().size().0.get();
         // Reset the scroll region (rows outside it never scroll off), go to the bottom row and
@@ -170,6 +420,7 @@ impl Screen {
 mod tests {
     use super::*;
     use crate::sanitize::sanitize;
+    use proptest::prelude::*;
 
     fn render(bytes: &[u8], size: TermSize) -> String {
         let mut s = Screen::new(size);
@@ -219,6 +470,8 @@ mod tests {
         for i in 0..8 {
             s.process(format!("l{i}\r\n").as_bytes());
         }
+        // Plain lines may still be deferred; a look at the screen parses them.
+        s.visible_text();
         s.take_text(&mut text);
         // 8 lines and the cursor row on a 5-row screen: 4 rows have left it.
         assert_eq!(sanitize(text.as_bytes()), "l0\nl1\nl2\nl3");
@@ -243,6 +496,116 @@ mod tests {
             render(b"before\r\n\x1b[?1049h\x1b[Hfull\x1b[?1049lafter\r\n", small()),
             "before\nafter\n"
         );
+    }
+
+    /// One piece of terminal output, for the property test below.
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            // Plain lines dominate, as in real output.
+            6 => "[ -~]{0,12}".prop_map(|t| format!("{t}\r\n").into_bytes()),
+            1 => "[ -~]{0,30}".prop_map(|t| t.into_bytes()),
+            1 => "[a-z]{0,8}".prop_map(|t| format!("\x1b[3{}m{t}\x1b[0m\r\n", t.len() % 8).into_bytes()),
+            1 => "[a-z]{1,6}".prop_map(|t| format!("10%\r{t}\r\n").into_bytes()),
+            1 => (1u8..4, "[a-z]{1,5}").prop_map(|(n, t)| format!("\x1b[{n}A\r{t}\x1b[{n}B\r").into_bytes()),
+            1 => Just(b"\x1b[2;4r".to_vec()),
+            1 => Just(b"\x1b[2;5r".to_vec()),
+            1 => Just(b"\x1b[5;1H".to_vec()),
+            // A wrapped row above a blank cursor row.
+            1 => "[a-z]{21,39}".prop_map(|t| format!("{t}\r\x1b[K").into_bytes()),
+            1 => Just(b"\x1b[r".to_vec()),
+            1 => Just(b"\x1b[?1049h".to_vec()),
+            1 => Just(b"\x1b[?1049l".to_vec()),
+            1 => Just(b"\x1b[?47h".to_vec()),
+            1 => Just(b"\x1b[?47l".to_vec()),
+            1 => Just(b"\x1bc".to_vec()),
+            1 => Just(b"\x1b[2J\x1b[H".to_vec()),
+            1 => Just(b"\n".to_vec()),
+            1 => Just("h\u{e9}llo \u{4e16}\u{754c}\r\n".as_bytes().to_vec()),
+            1 => "[a-z]{25,50}".prop_map(|t| format!("{t}\r\n").into_bytes()),
+        ]
+    }
+
+    /// Runs `input` split at `cuts` through a screen; returns the text and the screen shown
+    /// after each chunk (when `look` says so).
+    fn drive(
+        mut screen: Screen,
+        input: &[u8],
+        cuts: &[usize],
+        look: &[bool],
+    ) -> (String, Vec<String>) {
+        let mut text = String::new();
+        let mut seen = Vec::new();
+        let mut at = 0;
+        for (i, &cut) in cuts.iter().chain(std::iter::once(&input.len())).enumerate() {
+            let cut = cut.clamp(at, input.len());
+            screen.process(&input[at..cut]);
+            at = cut;
+            screen.take_text(&mut text);
+            if look.get(i).copied().unwrap_or(false) {
+                seen.push(screen.visible_text());
+            }
+        }
+        screen.finish(&mut text);
+        // Compared as the model sees it: SGR codes may differ (deferred lines are appended
+        // without the colour they were printed in), the text may not.
+        (sanitize(text.as_bytes()), seen)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+        #[test]
+        fn screen_fast_path_matches_the_parser(
+            pieces in proptest::collection::vec(piece(), 0..120),
+            mut cuts in proptest::collection::vec(0usize..4000, 0..12),
+            look in proptest::collection::vec(any::<bool>(), 12),
+        ) {
+            let input: Vec<u8> = pieces.concat();
+            cuts.sort_unstable();
+            let size = TermSize { cols: 20, rows: 5 };
+            let mut slow = Screen::new(size);
+            slow.fast = false;
+            let fast = drive(Screen::new(size), &input, &cuts, &look);
+            let slow = drive(slow, &input, &cuts, &look);
+            prop_assert_eq!(fast, slow);
+        }
+    }
+
+    #[test]
+    fn screen_fast_path_edge_cases() {
+        let size = TermSize { cols: 20, rows: 5 };
+        let cases: [&[u8]; 3] = [
+            // A wrapped row right above the blank cursor row.
+            b"1\r\n2\r\n3\r\n4\r\nabcdefghijklmnopqrstuvwxy\r\x1b[Ka\r\nb\r\nc\r\nd\r\ne\r\nf\r\n",
+            // A scroll region that keeps the last row out / the first row out.
+            b"\x1b[2;4r\x1b[5;1Ha\r\nb\r\nc\r\nd\r\ne\r\nf\r\n",
+            b"top\x1b[2;5r\x1b[5;1Ha\r\nb\r\nc\r\nd\r\ne\r\nf\r\n",
+        ];
+        for input in cases {
+            // Cut after the erase, so the next line starts a chunk (and may be deferred).
+            let cut = input.windows(3).position(|w| w == b"\x1b[K").map_or(0, |p| p + 3);
+            let mut slow = Screen::new(size);
+            slow.fast = false;
+            assert_eq!(
+                drive(Screen::new(size), input, &[cut], &[]),
+                drive(slow, input, &[cut], &[])
+            );
+        }
+    }
+
+    #[test]
+    fn screen_fast_path_streams_plain_lines() {
+        let mut s = Screen::new(small());
+        let mut text = String::new();
+        let input: String = (0..1000).map(|i| format!("{i}\r\n")).collect();
+        for chunk in input.as_bytes().chunks(77) {
+            s.process(chunk);
+            s.take_text(&mut text);
+        }
+        // All but the last 4 lines left through the fast path without being parsed.
+        assert_eq!(s.deferred.len(), 4);
+        s.finish(&mut text);
+        let want: String = (0..1000).map(|i| format!("{i}\n")).collect();
+        assert_eq!(sanitize(text.as_bytes()), want);
     }
 
     #[test]
