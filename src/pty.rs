@@ -283,6 +283,8 @@ pub async fn run(
     let master = pair.master;
     let pid = child.process_id().map(|p| p as i32).unwrap_or(-1);
     let mark = format!("{}={run_mark}", procs::SHELL_VAR);
+    // If a helper thread cannot be started, the command must not outlive the error.
+    let mut orphan_guard = KillOnDrop { sid: pid, mark: mark.clone(), armed: true };
 
     let (exit_tx, mut exit_rx) = tokio::sync::oneshot::channel::<Option<i32>>();
     std::thread::Builder::new().name("pty-wait".into()).spawn(move || {
@@ -355,6 +357,8 @@ pub async fn run(
             }
         }
     })?;
+
+    orphan_guard.armed = false;
 
     let mut control = hooks.control;
     let mut exit: Option<Option<i32>> = None;
@@ -452,6 +456,22 @@ pub async fn run(
     drop(chunk_rx);
     drop(master);
     Ok(ending.unwrap_or(PtyEnd::Exited(exit.flatten())))
+}
+
+/// Kills a PTY run's session when dropped while armed (an early error return).
+struct KillOnDrop {
+    sid: i32,
+    mark: String,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            // Only on a failure path, so blocking briefly here is acceptable.
+            procs::kill_session_blocking(self.sid, Some(&self.mark), Duration::ZERO);
+        }
+    }
 }
 
 /// Our own read end of the master: a duplicate of its fd, so the reader thread can ask whether

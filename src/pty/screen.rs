@@ -89,9 +89,17 @@ pub struct Screen {
     partial: Vec<u8>,
     /// Tracks scroll-region sequences in the bytes the parser gets (vt100 does not expose it).
     region: RegionScan,
+    /// Plain lines parsed in a row: deferring starts only in a run of them.
+    plain_streak: usize,
+    /// [`DEFER_AFTER`] (0 in tests, to exercise the fast path as often as possible).
+    defer_after: usize,
     /// The fast path is on (off only to check it against the parser alone).
     fast: bool,
 }
+
+/// Plain lines parsed in a row before deferring is tried: checking whether it is allowed reads a
+/// whole screen row, which costs more than it saves when plain and other lines alternate.
+const DEFER_AFTER: usize = 8;
 
 /// Whether the main screen may have a scroll region: a scanner over the parser's input that
 /// mirrors how vt100 handles `CSI <top>;<bottom> r` (per screen), the alternate screen switches
@@ -206,6 +214,8 @@ impl Screen {
             flushed: false,
             partial: Vec::new(),
             region: RegionScan::default(),
+            plain_streak: 0,
+            defer_after: DEFER_AFTER,
             fast: true,
         }
     }
@@ -218,27 +228,36 @@ impl Screen {
                 None => (input, false),
             };
             input = &input[piece.len()..];
-            if self.fast && self.may_defer() {
-                let cols = usize::from(self.size().cols);
-                if complete {
-                    let text = &piece[..piece.len() - 1];
-                    if let Some(text) = text.strip_suffix(b"\r") {
-                        if is_plain(text) && self.partial.len() + text.len() < cols {
-                            let mut line = self.spare.pop().unwrap_or_default();
-                            line.clear();
-                            line.append(&mut self.partial);
-                            line.extend_from_slice(text);
-                            self.defer(line);
-                            continue;
-                        }
+            // The piece's own test first: it is cheap and fails at once on escape sequences,
+            // while the screen test reads a whole row.
+            let text = match complete {
+                true => piece[..piece.len() - 1].strip_suffix(b"\r"),
+                false => Some(piece),
+            };
+            let cols = usize::from(self.size().cols);
+            let fits = text.is_some_and(|t| is_plain(t) && self.partial.len() + t.len() < cols);
+            let streak = self.plain_streak >= self.defer_after;
+            if let (true, true, true, Some(text)) = (fits, self.fast, streak, text) {
+                if self.may_defer() {
+                    if complete {
+                        let mut line = self.spare.pop().unwrap_or_default();
+                        line.clear();
+                        line.append(&mut self.partial);
+                        line.extend_from_slice(text);
+                        self.defer(line);
+                    } else {
+                        self.partial.extend_from_slice(text);
                     }
-                } else if is_plain(piece) && self.partial.len() + piece.len() < cols {
-                    self.partial.extend_from_slice(piece);
                     continue;
                 }
             }
             self.materialize();
             self.feed(piece);
+            if !fits {
+                self.plain_streak = 0;
+            } else if complete {
+                self.plain_streak += 1;
+            }
         }
     }
 
@@ -558,13 +577,16 @@ mod tests {
             pieces in proptest::collection::vec(piece(), 0..120),
             mut cuts in proptest::collection::vec(0usize..4000, 0..12),
             look in proptest::collection::vec(any::<bool>(), 12),
+            defer_after in prop_oneof![3 => Just(0usize), 1 => Just(DEFER_AFTER)],
         ) {
             let input: Vec<u8> = pieces.concat();
             cuts.sort_unstable();
             let size = TermSize { cols: 20, rows: 5 };
             let mut slow = Screen::new(size);
             slow.fast = false;
-            let fast = drive(Screen::new(size), &input, &cuts, &look);
+            let mut fast = Screen::new(size);
+            fast.defer_after = defer_after;
+            let fast = drive(fast, &input, &cuts, &look);
             let slow = drive(slow, &input, &cuts, &look);
             prop_assert_eq!(fast, slow);
         }
@@ -585,10 +607,9 @@ mod tests {
             let cut = input.windows(3).position(|w| w == b"\x1b[K").map_or(0, |p| p + 3);
             let mut slow = Screen::new(size);
             slow.fast = false;
-            assert_eq!(
-                drive(Screen::new(size), input, &[cut], &[]),
-                drive(slow, input, &[cut], &[])
-            );
+            let mut fast = Screen::new(size);
+            fast.defer_after = 0;
+            assert_eq!(drive(fast, input, &[cut], &[]), drive(slow, input, &[cut], &[]));
         }
     }
 
