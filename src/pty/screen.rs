@@ -26,9 +26,10 @@
 //! # Fast path for plain lines
 //! vt100 costs about 2 µs per short line (it renders each scrolled row cell by cell), three times
 //! what the kernel's PTY costs: `yes` through the PTY would run at a third of its speed. But most
-//! bulk output is plain lines (`[ -~]*\r\n`, shorter than the width) streaming at the bottom of
-//! the screen, and their fate is known without emulation: each is written on the blank cursor
-//! row, scrolls up, and leaves the screen `rows - 1` lines later, unchanged. So when the cursor
+//! bulk output is plain lines (`[ -~]*\r\n` with at most colour codes, shorter than the width)
+//! streaming at the bottom of the screen, and their fate is known without emulation: each is
+//! written on the blank cursor row, scrolls up, and leaves the screen `rows - 1` lines later,
+//! unchanged. So when the cursor
 //! is at the start of a blank bottom row (main screen, no scroll region), plain lines are
 //! *deferred* instead of parsed. Once more than `rows - 1` are deferred, the oldest ones would
 //! have scrolled off: the rows above the cursor are scrolled out of the parser once ("flush"),
@@ -87,8 +88,10 @@ pub struct Screen {
     flushed: bool,
     /// The plain start of a line whose end has not arrived yet (only while deferring is allowed).
     partial: Vec<u8>,
-    /// Tracks scroll-region sequences in the bytes the parser gets (vt100 does not expose it).
+    /// Tracks the parser's sequence state and scroll regions from the bytes it gets.
     region: RegionScan,
+    /// Scratch buffer for the colour sequences of lines appended directly.
+    sgr: Vec<u8>,
     /// Plain lines parsed in a row: deferring starts only in a run of them.
     plain_streak: usize,
     /// [`DEFER_AFTER`] (0 in tests, to exercise the fast path as often as possible).
@@ -101,15 +104,20 @@ pub struct Screen {
 /// whole screen row, which costs more than it saves when plain and other lines alternate.
 const DEFER_AFTER: usize = 8;
 
-/// Whether the main screen may have a scroll region: a scanner over the parser's input that
-/// mirrors how vt100 handles `CSI <top>;<bottom> r` (per screen), the alternate screen switches
-/// (`CSI ? 47 h/l`, `CSI ? 1049 h/l`) and RIS (`ESC c`). Conservative: any `CSI <params> r`
-/// counts as a region; only `CSI r` and RIS remove it; an unreadable sequence sets it for good.
+/// What the parser's input says about its state, as far as the fast path needs it: whether the
+/// parser is between sequences (a line is only plain if it does not finish an escape sequence,
+/// string or UTF-8 character cut at the end of the previous chunk), and whether the main screen
+/// may have a scroll region (vt100 does not expose it). It mirrors how vt100 (through vte)
+/// handles `CSI <top>;<bottom> r` (per screen), the alternate screen switches (`CSI ? 47 h/l`,
+/// `CSI ? 1049 h/l`) and RIS (`ESC c`). Conservative: any `CSI <params> r` counts as a region;
+/// only `CSI r` and RIS remove it; an unreadable sequence sets it for good.
 #[derive(Debug, Default)]
 struct RegionScan {
     state: ScanState,
     params: Vec<u8>,
     intermediates: bool,
+    /// Continuation bytes still expected by a UTF-8 character.
+    utf8_pending: u8,
     /// The scanner believes the alternate screen is shown.
     alt: bool,
     main_region: bool,
@@ -122,7 +130,11 @@ enum ScanState {
     #[default]
     Ground,
     Esc,
+    /// `ESC` and intermediate bytes (`ESC ( B`).
+    EscIntermediate,
     Csi,
+    /// OSC, DCS, SOS, PM, APC: a string that only BEL (OSC), ST or CAN/SUB ends.
+    Str,
 }
 
 /// Longest parameter string read; longer ones make the scanner unsure.
@@ -133,22 +145,36 @@ impl RegionScan {
         self.main_region || self.unsure
     }
 
+    /// The parser is between sequences and characters.
+    fn at_ground(&self) -> bool {
+        self.state == ScanState::Ground && self.utf8_pending == 0
+    }
+
     fn feed(&mut self, bytes: &[u8]) {
-        if self.state == ScanState::Ground && !bytes.contains(&0x1b) {
+        if self.at_ground() && !bytes.iter().any(|&b| b == 0x1b || b >= 0x80) {
             return;
         }
         for &b in bytes {
             match (self.state, b) {
-                (_, 0x1b) => self.state = ScanState::Esc,
+                (_, 0x1b) => {
+                    self.state = ScanState::Esc;
+                    self.utf8_pending = 0;
+                }
                 // CAN and SUB abort a sequence.
                 (_, 0x18 | 0x1a) => self.state = ScanState::Ground,
+                (ScanState::Ground, _) => self.utf8(b),
                 (ScanState::Esc, b'[') => {
                     self.state = ScanState::Csi;
                     self.params.clear();
                     self.intermediates = false;
                 }
-                (ScanState::Esc, b'c') => {
-                    *self = RegionScan::default();
+                (ScanState::Esc, b']' | b'P' | b'X' | b'^' | b'_') => self.state = ScanState::Str,
+                (ScanState::Esc, b'c') => *self = RegionScan::default(),
+                (ScanState::Esc | ScanState::EscIntermediate, 0x20..=0x2f) => {
+                    self.state = ScanState::EscIntermediate;
+                }
+                (ScanState::Esc | ScanState::EscIntermediate, 0x30..=0x7e) => {
+                    self.state = ScanState::Ground;
                 }
                 (ScanState::Csi, 0x30..=0x3f) => {
                     if self.params.len() < MAX_SCAN_PARAMS {
@@ -162,11 +188,23 @@ impl RegionScan {
                     self.state = ScanState::Ground;
                     self.dispatch(b);
                 }
-                // C0 controls inside a sequence are executed; the sequence goes on.
-                (ScanState::Csi, _) => {}
-                _ => self.state = ScanState::Ground,
+                (ScanState::Str, 0x07) => self.state = ScanState::Ground,
+                // Anything else inside a sequence or string (C0 controls are executed, string
+                // bytes collected) leaves the state as it is.
+                _ => {}
             }
         }
+    }
+
+    /// Tracks UTF-8 characters in ground state (vte holds a cut character until it is whole).
+    fn utf8(&mut self, b: u8) {
+        self.utf8_pending = match b {
+            0x80..=0xbf => self.utf8_pending.saturating_sub(1),
+            0xc0..=0xdf => 1,
+            0xe0..=0xef => 2,
+            0xf0..=0xf7 => 3,
+            _ => 0,
+        };
     }
 
     fn dispatch(&mut self, fin: u8) {
@@ -197,9 +235,52 @@ fn dims(size: TermSize) -> (NonZeroU16, NonZeroU16) {
     )
 }
 
-/// A plain line's text: printable ASCII only (one cell per byte, no control, no escape).
-fn is_plain(text: &[u8]) -> bool {
-    text.iter().all(|b| (0x20..=0x7e).contains(b))
+/// The width in cells of a plain line's text, `None` when it is not plain. Plain: printable
+/// ASCII (one cell per byte) and SGR sequences (`ESC [ <digits ; :> m`: colours, which never
+/// move the cursor).
+fn plain_width(text: &[u8]) -> Option<usize> {
+    let mut width = 0;
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            0x20..=0x7e => {
+                width += 1;
+                i += 1;
+            }
+            0x1b if text.get(i + 1) == Some(&b'[') => {
+                let params =
+                    text[i + 2..].iter().position(|b| !matches!(b, b'0'..=b'9' | b';' | b':'));
+                let end = i + 2 + params?;
+                if text[end] != b'm' {
+                    return None;
+                }
+                i = end + 1;
+            }
+            _ => return None,
+        }
+    }
+    Some(width)
+}
+
+/// A cell as a fresh row has it: no text and no attributes. A cell painted by an erase in a
+/// background colour has no text but shows (and is captured as a space), so it is not blank.
+fn untouched(cell: &vt100::Cell) -> bool {
+    !cell.has_contents()
+        && cell.fgcolor() == vt100::Color::Default
+        && cell.bgcolor() == vt100::Color::Default
+        && !(cell.bold() || cell.dim() || cell.italic() || cell.underline() || cell.inverse())
+}
+
+/// The SGR sequences of a plain line, for the parser to keep its colour state when the line's
+/// text is not parsed.
+fn sgr_only(line: &[u8], out: &mut Vec<u8>) {
+    let mut rest = line;
+    while let Some(start) = rest.iter().position(|&b| b == 0x1b) {
+        let seq = &rest[start..];
+        let len = seq.iter().position(|&b| b == b'm').map_or(seq.len(), |p| p + 1);
+        out.extend_from_slice(&seq[..len]);
+        rest = &seq[len..];
+    }
 }
 
 impl Screen {
@@ -214,6 +295,7 @@ impl Screen {
             flushed: false,
             partial: Vec::new(),
             region: RegionScan::default(),
+            sgr: Vec::new(),
             plain_streak: 0,
             defer_after: DEFER_AFTER,
             fast: true,
@@ -235,7 +317,10 @@ impl Screen {
                 false => Some(piece),
             };
             let cols = usize::from(self.size().cols);
-            let fits = text.is_some_and(|t| is_plain(t) && self.partial.len() + t.len() < cols);
+            let fits = match (text.and_then(plain_width), plain_width(&self.partial)) {
+                (Some(w), Some(pw)) => pw + w < cols,
+                _ => false,
+            };
             let streak = self.plain_streak >= self.defer_after;
             if let (true, true, true, Some(text)) = (fits, self.fast, streak, text) {
                 if self.may_defer() {
@@ -268,8 +353,8 @@ impl Screen {
     }
 
     /// Whether plain lines may be deferred now: some already are (the parser has not changed
-    /// since), or the cursor is at the start of a blank bottom row of the main screen with no
-    /// scroll region.
+    /// since), or the parser is between sequences and the cursor is at the start of an untouched
+    /// bottom row of the main screen with no scroll region.
     fn may_defer(&self) -> bool {
         if !self.deferred.is_empty() || !self.partial.is_empty() {
             return true;
@@ -277,11 +362,11 @@ impl Screen {
         let screen = self.parser.screen();
         let (rows, cols) = screen.size();
         let bottom = rows.get() - 1;
-        !self.region.region_possible()
+        self.region.at_ground()
+            && !self.region.region_possible()
             && screen.cursor_position() == (bottom, 0)
             && !screen.alternate_screen()
-            && (0..cols.get())
-                .all(|c| screen.cell(bottom, c).is_none_or(|cell| !cell.has_contents()))
+            && (0..cols.get()).all(|c| screen.cell(bottom, c).is_none_or(untouched))
     }
 
     fn defer(&mut self, line: Vec<u8>) {
@@ -309,7 +394,16 @@ impl Screen {
             // plain line never wrapped into it.
             let text = &mut self.parser.callbacks_mut().text;
             text.push('\n');
+            // Its colours go to the text as they are (the sanitizer strips them) and to the
+            // parser, whose colour state must be what parsing the line would have left.
             text.push_str(std::str::from_utf8(&line).unwrap_or_default());
+            if line.contains(&0x1b) {
+                let mut sgr = std::mem::take(&mut self.sgr);
+                sgr.clear();
+                sgr_only(&line, &mut sgr);
+                self.parser.process(&sgr);
+                self.sgr = sgr;
+            }
             self.spare.push(line);
         }
     }
@@ -526,6 +620,11 @@ mod tests {
             1 => "[a-z]{0,8}".prop_map(|t| format!("\x1b[3{}m{t}\x1b[0m\r\n", t.len() % 8).into_bytes()),
             1 => "[a-z]{1,6}".prop_map(|t| format!("10%\r{t}\r\n").into_bytes()),
             1 => (1u8..4, "[a-z]{1,5}").prop_map(|(n, t)| format!("\x1b[{n}A\r{t}\x1b[{n}B\r").into_bytes()),
+            // Colours that outlive their line, a background that erases paint.
+            1 => "[a-z]{0,8}".prop_map(|t| format!("\x1b[1;4{}m{t}\r\n", t.len() % 8).into_bytes()),
+            1 => Just(b"\x1b[44m".to_vec()),
+            1 => Just(b"\x1b[m".to_vec()),
+            1 => Just(b"\x1b[2A\x1b[K\x1b[2B".to_vec()),
             1 => Just(b"\x1b[2;4r".to_vec()),
             1 => Just(b"\x1b[2;5r".to_vec()),
             1 => Just(b"\x1b[5;1H".to_vec()),
@@ -537,6 +636,12 @@ mod tests {
             1 => Just(b"\x1b[?47h".to_vec()),
             1 => Just(b"\x1b[?47l".to_vec()),
             1 => Just(b"\x1bc".to_vec()),
+            // Sequences, strings and characters that plain text may complete.
+            1 => Just(b"\x1b[?10".to_vec()),
+            1 => Just(b"\x1b]0;title ".to_vec()),
+            1 => Just(b"\x07".to_vec()),
+            1 => Just(b"\x1b(".to_vec()),
+            1 => Just(vec![0xe4, 0xb8]),
             1 => Just(b"\x1b[2J\x1b[H".to_vec()),
             1 => Just(b"\n".to_vec()),
             1 => Just("h\u{e9}llo \u{4e16}\u{754c}\r\n".as_bytes().to_vec()),
@@ -595,21 +700,33 @@ mod tests {
     #[test]
     fn screen_fast_path_edge_cases() {
         let size = TermSize { cols: 20, rows: 5 };
-        let cases: [&[u8]; 3] = [
+        let lines = "1\r\n2\r\n3\r\n4\r\n";
+        let tail = "d\r\ne\r\nf\r\ng\r\nh\r\n";
+        // Each case is two chunks: the second starts with a line that may be deferred.
+        let cases: Vec<(Vec<u8>, String)> = vec![
             // A wrapped row right above the blank cursor row.
-            b"1\r\n2\r\n3\r\n4\r\nabcdefghijklmnopqrstuvwxy\r\x1b[Ka\r\nb\r\nc\r\nd\r\ne\r\nf\r\n",
+            (format!("{lines}abcdefghijklmnopqrstuvwxy\r\x1b[K").into(), format!("a\r\n{tail}")),
             // A scroll region that keeps the last row out / the first row out.
-            b"\x1b[2;4r\x1b[5;1Ha\r\nb\r\nc\r\nd\r\ne\r\nf\r\n",
-            b"top\x1b[2;5r\x1b[5;1Ha\r\nb\r\nc\r\nd\r\ne\r\nf\r\n",
+            (b"\x1b[2;4r\x1b[5;1H".to_vec(), format!("a\r\n{tail}")),
+            (b"top\x1b[2;5r\x1b[5;1H".to_vec(), format!("a\r\n{tail}")),
+            // A background colour set by a line that is never parsed, then an erase that paints.
+            (lines.into(), "\x1b[44mX\r\nY\r\nY\r\nY\r\nY\r\n\x1b[K".into()),
+            // A cursor row painted by an erase in a background colour: not blank.
+            (format!("{lines}\x1b[44m\x1b[K\x1b[m").into(), format!("a\r\n{tail}")),
+            // A line that completes a sequence, a string or a character cut by the chunk.
+            (format!("{lines}\x1b[?10").into(), format!("abc\r\n{tail}")),
+            (format!("{lines}\x1b]0;ti").into(), format!("tle\r\n{tail}\x07")),
+            ([lines.as_bytes(), &[0xe4]].concat(), format!("x\r\n{tail}")),
         ];
-        for input in cases {
-            // Cut after the erase, so the next line starts a chunk (and may be deferred).
-            let cut = input.windows(3).position(|w| w == b"\x1b[K").map_or(0, |p| p + 3);
+        for (first, second) in &cases {
+            let input = [first.as_slice(), second.as_bytes()].concat();
             let mut slow = Screen::new(size);
             slow.fast = false;
             let mut fast = Screen::new(size);
             fast.defer_after = 0;
-            assert_eq!(drive(fast, input, &[cut], &[]), drive(slow, input, &[cut], &[]));
+            let want = drive(slow, &input, &[first.len()], &[]);
+            let got = drive(fast, &input, &[first.len()], &[]);
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(&input));
         }
     }
 
