@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness: failing loudly is right
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
 //! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `exec`, `rss`,
-//! `abort`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
+//! `abort`, `nvim`, `pty`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -457,6 +457,75 @@ fn bench_nvim(runs: usize) {
     println!("| added by the plugin | {:.2} | ≤ 1 ms |", b - a);
 }
 
+/// Reads everything a command writes to a fresh PTY and throws it away: the bare cost of the
+/// terminal itself, which our PTY path (vt100 screen, sanitizer, sink) is measured against.
+fn bare_pty_read(command: &str) -> Duration {
+    use std::io::Read;
+    let t = Instant::now();
+    let pair = portable_pty::native_pty_system()
+        .openpty(portable_pty::PtySize { rows: 40, cols: 120, pixel_width: 0, pixel_height: 0 })
+        .unwrap();
+    let mut reader = pair.master.try_clone_reader().unwrap();
+    let mut cmd = portable_pty::CommandBuilder::new("bash");
+    cmd.args(["--noprofile", "--norc", "-c", command]);
+    let mut child = pair.slave.spawn_command(cmd).unwrap();
+    drop(pair.slave);
+    let mut buf = vec![0u8; 64 * 1024];
+    while reader.read(&mut buf).unwrap_or(0) > 0 {}
+    child.wait().unwrap();
+    t.elapsed()
+}
+
+fn bench_pty(runs: usize) {
+    let mb = (50.0 * scale()).max(1.0) as u64;
+    println!("\n### PTY throughput ({mb} MB through `agent-bash exec --pty`, median of {runs})\n");
+    println!("| output | ours | bare PTY read loop | ours ÷ baseline | goal |");
+    println!("|---|---|---|---|---|");
+    let state = tempfile::tempdir().unwrap();
+    let cfg = state.path().join("c.toml");
+    std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap())).unwrap();
+    // An empty HOME: the figure is the terminal path, not the cost of the user's rc snapshot
+    // (which the bare loop does not pay either).
+    let home = tempfile::tempdir().unwrap();
+    for (name, command) in [
+        (
+            "short lines (`yes`)",
+            format!("yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c {mb}M"),
+        ),
+        ("100-column lines", format!("head -c {mb}M /dev/zero | tr '\\0' x | fold -w 100")),
+        // Every line goes through the terminal emulator (no plain-line fast path).
+        (
+            "coloured lines",
+            format!("yes $'\\e[31m0123\\e[0m456789abcdefghijklmnopqrstuvwxyz' | head -c {mb}M"),
+        ),
+    ] {
+        let mut ours = Vec::new();
+        let mut base = Vec::new();
+        for _ in 0..runs {
+            base.push(bare_pty_read(&command));
+            ours.push(time_cmd(
+                Command::new(BIN)
+                    .env("HOME", home.path())
+                    .arg("--log-file")
+                    .arg(state.path().join("log"))
+                    .args(["exec", "--pty", "--config"])
+                    .arg(&cfg)
+                    .arg("--")
+                    .arg(&command),
+            ));
+        }
+        let (o, b) = (median(ours), median(base));
+        let bytes = mb << 20;
+        row(
+            name,
+            format!("{:.0} MB/s", mbps(bytes, o)),
+            format!("{:.0} MB/s", mbps(bytes, b)),
+            b.as_secs_f64() / o.as_secs_f64(),
+            if name == "coloured lines" { "" } else { "≥ 0.8×" },
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -481,5 +550,8 @@ fn main() {
     }
     if want("nvim") {
         bench_nvim(200);
+    }
+    if want("pty") {
+        bench_pty(5);
     }
 }

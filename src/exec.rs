@@ -1,6 +1,7 @@
 //! ToolCall → BashResult: the pipeline in one readable function ([`Runtime::run`]).
 
 pub mod procs;
+mod pty_path;
 pub mod settings;
 pub mod shell;
 pub mod snapshot;
@@ -8,6 +9,7 @@ pub mod snapshot;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,6 +19,7 @@ use crate::artifacts::ArtifactStore;
 use crate::display::{self, Display, StyledLine};
 use crate::intercept::Interceptor;
 use crate::normalize::{self, Normalized};
+use crate::pty;
 use crate::result::{self, BashResult, Outcome};
 use crate::sanitize::Sanitizer;
 use crate::sink::{Sink, SinkConfig, Throttle, LIVE_UPDATE_INTERVAL};
@@ -54,6 +57,8 @@ pub struct Request {
     pub session_key: Option<String>,
     /// Keep styled display lines for live updates (Neovim cards).
     pub display: bool,
+    /// Run in a PTY whatever the selection rules say (SPEC §6: `exec --pty`, `:AgentBashTerm`).
+    pub pty: bool,
 }
 
 /// A live update while a command runs: the current tail (bounded) and the counters.
@@ -92,6 +97,8 @@ pub struct Runtime {
     base_dir: PathBuf,
     snapshots: Arc<snapshot::Snapshots>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// An interactive UI shows our output (SPEC §6: a tool call may then get a PTY).
+    ui_attached: AtomicBool,
     _runtime_dir: tempfile::TempDir,
 }
 
@@ -131,6 +138,7 @@ impl Runtime {
                     .join("snapshots"),
             ))),
             sessions: Mutex::new(HashMap::new()),
+            ui_attached: AtomicBool::new(false),
             _runtime_dir: runtime_dir,
             settings,
         })
@@ -149,6 +157,15 @@ impl Runtime {
         &self.shell_cfg.owner
     }
 
+    /// Says whether an interactive UI is attached (the nvim mode sets it from `nvim_list_uis()`).
+    pub fn set_ui_attached(&self, attached: bool) {
+        self.ui_attached.store(attached, Ordering::Relaxed);
+    }
+
+    pub fn ui_attached(&self) -> bool {
+        self.ui_attached.load(Ordering::Relaxed)
+    }
+
     /// Runs one command through the whole pipeline. `Err` only for bad input (cwd, timeout);
     /// everything that happens to the command itself is in the [`BashResult`].
     pub async fn run(
@@ -156,6 +173,17 @@ impl Runtime {
         req: Request,
         cancel: CancellationToken,
         on_update: Option<UpdateFn>,
+    ) -> Result<BashResult> {
+        self.run_with(req, cancel, on_update, pty::PtyHooks::default()).await
+    }
+
+    /// [`Runtime::run`] with the hooks a PTY run uses if the command gets one.
+    async fn run_with(
+        &self,
+        req: Request,
+        cancel: CancellationToken,
+        on_update: Option<UpdateFn>,
+        hooks: pty::PtyHooks,
     ) -> Result<BashResult> {
         let started = Instant::now();
         // §1 normalize and §2 intercept: tool calls only; the user's own commands run verbatim.
@@ -187,6 +215,11 @@ impl Runtime {
         };
         if norm.command.is_empty() {
             return Err(Error::InvalidInput("command is empty".into()));
+        }
+        // §6 PTY or pipes.
+        if self.wants_pty(&req) {
+            let job = pty_path::PtyJob { norm: &norm, cwd: &cwd, timeout, started };
+            return Ok(self.pty_path(job, cancel, on_update, hooks).await);
         }
 
         // §5 a shell session for the key; waiting for a busy one does not count as run time.
@@ -338,17 +371,7 @@ impl Runtime {
 
     async fn spawn_shell(&self) -> std::io::Result<Shell> {
         let mut cfg = self.shell_cfg.clone();
-        // The snapshot is captured with the same environment the shells get; it blocks for up to
-        // its limit, so it runs off the async threads.
-        let shell = cfg.shell.clone();
-        let env = cfg.env.clone();
-        let dir = cfg.runtime_dir.clone();
-        let owner = cfg.owner.clone();
-        let snaps = self.snapshots.clone();
-        cfg.snapshot = tokio::task::spawn_blocking(move || snaps.get(&shell, &env, &dir, &owner))
-            .await
-            .ok()
-            .flatten();
+        cfg.snapshot = self.snapshot().await;
         Shell::spawn(&cfg).await
     }
 

@@ -25,6 +25,7 @@ pub mod exec;
 pub mod intercept;
 pub mod mode;
 pub mod normalize;
+pub mod pty;
 pub mod result;
 pub mod sanitize;
 pub mod session;

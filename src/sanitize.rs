@@ -924,7 +924,7 @@ mod tests {
         let mut bytes = Vec::new();
         for i in 0..3000u32 {
             bytes.extend_from_slice(b"\xff\xc3");
-            bytes.extend(std::iter::repeat(b'a' + (i % 26) as u8).take((i % 130) as usize));
+            bytes.extend(std::iter::repeat_n(b'a' + (i % 26) as u8, (i % 130) as usize));
             bytes.extend_from_slice("é\u{85}😀\x01\n".as_bytes());
         }
         let expected: String = String::from_utf8_lossy(&bytes)

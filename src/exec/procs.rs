@@ -137,6 +137,24 @@ pub fn collect(root: Option<i32>, mark: Option<&str>) -> Vec<ProcInfo> {
     procs.into_iter().filter(|p| !p.zombie && wanted.contains(&p.pid)).collect()
 }
 
+/// Like [`collect`], plus every process of session `sid`: a PTY run's child is a session leader,
+/// and an interactive shell in it moves its jobs into process groups of their own, which can
+/// outlive the leader (then they are no longer its descendants). Scans the whole process table.
+pub fn collect_session(sid: i32, mark: Option<&str>) -> Vec<ProcInfo> {
+    let mut found = collect(Some(sid), mark);
+    // Session ids of 0 and 1 are the kernel's and init's: never a command's.
+    if sid > 1 {
+        let me = std::process::id() as i32;
+        let known: HashSet<i32> = found.iter().map(|p| p.pid).collect();
+        found.extend(
+            all_procs().into_iter().filter(|p| {
+                p.session == sid && p.pid != me && !p.zombie && !known.contains(&p.pid)
+            }),
+        );
+    }
+    found
+}
+
 /// [`collect`] by walking `children` lists from the root and from the backend's adopted
 /// children that carry the mark; `None` when the kernel has no such lists.
 fn collect_tree(me: i32, root: i32, mark: Option<&str>) -> Option<Vec<ProcInfo>> {
@@ -188,7 +206,17 @@ fn signal_all(procs: &[ProcInfo], sig: i32) {
 /// While waiting, only the pids already signalled are re-checked (a few `stat` reads); the whole
 /// process table is scanned again only once they are gone, to catch anything forked meanwhile.
 pub fn kill_tree_blocking(root: Option<i32>, mark: Option<&str>, grace: Duration) {
-    let mut procs = collect(root, mark);
+    kill_ladder(|| collect(root, mark), grace);
+}
+
+/// [`kill_tree_blocking`] for a PTY run: also every process of the session `sid`
+/// ([`collect_session`]).
+pub fn kill_session_blocking(sid: i32, mark: Option<&str>, grace: Duration) {
+    kill_ladder(|| collect_session(sid, mark), grace);
+}
+
+fn kill_ladder(find: impl Fn() -> Vec<ProcInfo>, grace: Duration) {
+    let mut procs = find();
     let deadline = Instant::now() + grace;
     let mut poll = KILL_POLL_MIN;
     while !procs.is_empty() {
@@ -205,7 +233,7 @@ pub fn kill_tree_blocking(root: Option<i32>, mark: Option<&str>, grace: Duration
         if Instant::now() >= deadline {
             break;
         }
-        procs = collect(root, mark);
+        procs = find();
     }
     // Past the grace: SIGKILL rounds until nothing is left (processes may fork while dying).
     for _ in 0..50 {
@@ -214,7 +242,7 @@ pub fn kill_tree_blocking(root: Option<i32>, mark: Option<&str>, grace: Duration
         }
         signal_all(&procs, libc::SIGKILL);
         std::thread::sleep(KILL_POLL_MIN * 4);
-        procs = collect(root, mark);
+        procs = find();
     }
 }
 
@@ -236,6 +264,24 @@ pub fn own_child(pid: i32) {
     }
 }
 
+/// Spawns a child and records it as owned ([`own_child`]) with no gap: [`reap_adopted`] scans
+/// under the same lock, so it runs either before the child exists or after it is recorded.
+/// `pid_of` tells the new child's pid.
+pub fn spawn_owned<T, E>(
+    spawn: impl FnOnce() -> Result<T, E>,
+    pid_of: impl FnOnce(&T) -> Option<i32>,
+) -> Result<T, E> {
+    let mut set = match owned().lock() {
+        Ok(s) => s,
+        Err(p) => p.into_inner(),
+    };
+    let child = spawn()?;
+    if let Some(pid) = pid_of(&child) {
+        set.insert(pid);
+    }
+    Ok(child)
+}
+
 /// Forgets a pid recorded with [`own_child`] once its owner has reaped it.
 pub fn disown_child(pid: i32) {
     if let Ok(mut set) = owned().lock() {
@@ -247,7 +293,11 @@ pub fn disown_child(pid: i32) {
 /// Children that tokio owns are left alone: reaping them would steal their exit status.
 pub fn reap_adopted() {
     let me = std::process::id() as i32;
-    let owned: HashSet<i32> = owned().lock().map(|s| s.clone()).unwrap_or_default();
+    // Held for the whole scan: see [`spawn_owned`].
+    let owned = match owned().lock() {
+        Ok(s) => s,
+        Err(p) => p.into_inner(),
+    };
     let Ok(dir) = fs::read_dir("/proc") else { return };
     for entry in dir.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {

@@ -71,7 +71,7 @@ impl ShellKind {
     }
 
     /// Arguments that start the shell without reading any rc file (the snapshot replaces them).
-    fn args(self) -> &'static [&'static str] {
+    pub fn args(self) -> &'static [&'static str] {
         match self {
             ShellKind::Bash => &["--noprofile", "--norc"],
             ShellKind::Zsh => &["-f"],

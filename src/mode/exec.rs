@@ -36,6 +36,9 @@ pub struct ExecArgs {
     /// Print the BashResult as JSON instead of the text.
     #[arg(long)]
     pub json: bool,
+    /// Run in a pseudo-terminal; the text is the terminal's rendering (SPEC §6).
+    #[arg(long)]
+    pub pty: bool,
     /// The command, after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -75,6 +78,7 @@ pub async fn run(args: ExecArgs) -> Result<i32> {
         tools: args.tools,
         session_key: args.session_key,
         display: false,
+        pty: args.pty,
     };
     let res = rt.run(req, cancel, None).await;
     rt.shutdown().await;

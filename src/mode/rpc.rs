@@ -300,6 +300,11 @@ pub(crate) fn request_from(
         tools,
         session_key: get_str(obj, "session_key")?,
         display: false,
+        pty: match obj.get("pty") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err("\"pty\" must be a boolean".into()),
+        },
     })
 }
 

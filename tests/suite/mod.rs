@@ -4,6 +4,7 @@ mod exec;
 mod explain;
 mod nvim;
 mod pipeline;
+mod pty;
 mod rpc;
 mod shell;
 mod support;

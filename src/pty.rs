@@ -1,0 +1,595 @@
+//! PTY execution (SPEC §6): one command in a pseudo-terminal, rendered by a terminal emulator.
+//!
+//! # What runs
+//! The same shell, rc snapshot, prefix and environment as the pipe sessions of
+//! [`crate::exec::shell`], plus `TERM=xterm-256color` (and without `COLUMNS`/`LINES`, which would
+//! override the terminal's real size in many programs). Each run is a fresh process:
+//!
+//! ```text
+//! <prefix…> <shell> <no-rc args> -c '. <snapshot> </dev/null >/dev/null 2>&1
+//!                                    shopt -s expand_aliases
+//!                                    builtin cd -- <cwd> && builtin eval <quoted command>'
+//! ```
+//!
+//! A `-c` script rather than an interactive shell fed through the terminal: typed setup lines
+//! would be echoed by the terminal and drawn on the screen (and so in the model text), a prompt
+//! would appear, and the command's status would have to be fished out of the output. With `-c`
+//! the screen shows only what the command printed, the shell's exit status is the command's, and
+//! `exit` in the command ends the run as it should. `eval` of the quoted command means aliases
+//! from the snapshot expand (they are defined before the eval'd text is parsed) and a syntax
+//! error is an ordinary failed command.
+//!
+//! # Threads and file descriptors
+//! portable-pty's I/O is blocking, so it lives on std threads; the async side
+//! ([`run`]) only waits on channels:
+//! - the **slave** fd is dropped right after spawning: as long as we hold it, reading the master
+//!   never reaches EOF;
+//! - the **reader** thread owns a duplicate of the master fd. It reads, feeds the
+//!   [`screen::Screen`] (the terminal emulation is the CPU-heavy part, so it runs here, in
+//!   parallel with the sink on the async side), hands the raw bytes to the subscriber
+//!   ([`PtyHooks::on_output`]) and sends the text of rows that left the screen over a bounded
+//!   channel: a slow consumer slows the program, memory stays bounded. Under a flood the text
+//!   goes in batches (one wake-up of the async side per [`TEXT_BATCH`] or [`BATCH_DELAY`]); as
+//!   soon as no more output is waiting (`poll`), whatever it has is sent. EOF (EIO on Linux,
+//!   once no process holds the slave) ends it;
+//! - the **writer** thread owns the master's writer and writes normalized input. Dropping the
+//!   writer sends `\n` + EOT to the terminal, so it is dropped only after the command ended;
+//! - the **waiter** thread owns the child and blocks in `wait`;
+//! - [`run`] keeps the master itself, for resizes, and drops it last.
+//!
+//! # Completion and killing
+//! A run is complete when the exit status is known and the reader reached EOF; or
+//! [`LEFTOVER_GRACE`] after the exit while a leftover process still holds the terminal, which is
+//! then killed. The child is a session leader (portable-pty calls `setsid`), and an interactive
+//! shell inside the PTY puts its jobs in their own process groups, so a kill collects the session
+//! ([`procs::collect_session`]) plus the usual descendants and marked escapees, and runs the
+//! SIGTERM → [`procs::KILL_GRACE`] → SIGKILL ladder.
+//!
+//! # Caveats
+//! portable-pty spawns through a `pre_exec` hook (for `setsid` and the controlling terminal),
+//! which forces `fork` instead of `posix_spawn`: from a large backend a PTY spawn costs more than
+//! a pipe command. PTY runs are interactive, so this is accepted.
+
+pub mod keys;
+pub mod screen;
+
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use portable_pty::{CommandBuilder, PtySize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::exec::procs;
+use crate::exec::shell::{self, quote, ShellConfig, ShellKind};
+use crate::exec::Origin;
+use screen::Screen;
+
+/// Smallest and largest terminal sizes (SPEC §6), applied on start and on resize.
+pub const MIN_COLS: u16 = 20;
+pub const MAX_COLS: u16 = 400;
+pub const MIN_ROWS: u16 = 5;
+pub const MAX_ROWS: u16 = 200;
+/// Size when no window gives one (print mode, agents without a UI): wide enough that tools do
+/// not cut their lines for an 80-column terminal.
+pub const DEFAULT_SIZE: TermSize = TermSize { cols: 120, rows: 40 };
+/// After the command exited, how long a leftover process may keep the terminal open (SPEC §6).
+pub const LEFTOVER_GRACE: Duration = Duration::from_millis(300);
+/// After a kill, how long to wait for the exit status and EOF before giving up on them (a process
+/// outside our reach may hold the terminal).
+const SETTLE_AFTER_KILL: Duration = Duration::from_secs(2);
+/// Reads from the master in chunks of this size.
+const READ_CHUNK: usize = 64 * 1024;
+/// Chunks in flight between the reader thread and [`run`]: the backpressure bound.
+const CHUNK_QUEUE: usize = 16;
+/// While output keeps coming, screen text is sent on in batches of about this size...
+const TEXT_BATCH: usize = 64 * 1024;
+/// ... or this often, so live views keep moving (SPEC §4.2 allows 20 updates per second).
+const BATCH_DELAY: Duration = Duration::from_millis(25);
+/// The terminal type programs see (SPEC §6).
+pub const TERM: &str = "xterm-256color";
+
+/// A terminal size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermSize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+impl TermSize {
+    /// The size clamped to 20–400 columns and 5–200 rows.
+    pub fn clamped(self) -> TermSize {
+        TermSize {
+            cols: self.cols.clamp(MIN_COLS, MAX_COLS),
+            rows: self.rows.clamp(MIN_ROWS, MAX_ROWS),
+        }
+    }
+
+    fn pty_size(self) -> PtySize {
+        let s = self.clamped();
+        PtySize { rows: s.rows, cols: s.cols, pixel_width: 0, pixel_height: 0 }
+    }
+}
+
+/// What a terminal view sends to a running PTY command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PtyControl {
+    /// Bytes typed in the view; normalized by [`keys::normalize`] before they reach the program.
+    Input(Vec<u8>),
+    /// The view's new size (clamped).
+    Resize(TermSize),
+    /// Force-kill the command (the kill key, SPEC §6). The result reads as a cancel.
+    Kill,
+}
+
+/// Receives the raw bytes the program wrote to the terminal, as they arrive (for a terminal
+/// view). Called on the reader thread: keep it quick.
+pub type OutputFn = Arc<dyn Fn(&[u8]) + Send + Sync>;
+
+/// The terminal view's side of a PTY run. Everything is optional: the default is a headless run
+/// of [`DEFAULT_SIZE`].
+#[derive(Default)]
+pub struct PtyHooks {
+    /// Initial size (clamped); default [`DEFAULT_SIZE`].
+    pub size: Option<TermSize>,
+    /// Raw output subscriber.
+    pub on_output: Option<OutputFn>,
+    /// Input, resizes and kill requests. Messages sent after the command ended are ignored.
+    pub control: Option<mpsc::UnboundedReceiver<PtyControl>>,
+}
+
+impl std::fmt::Debug for PtyHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PtyHooks")
+            .field("size", &self.size)
+            .field("on_output", &self.on_output.is_some())
+            .field("control", &self.control.is_some())
+            .finish()
+    }
+}
+
+/// How a PTY run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PtyEnd {
+    /// The command ended; its status (128 + N for a signal) if it could be learned.
+    Exited(Option<i32>),
+    TimedOut,
+    Cancelled,
+    /// Killed through [`PtyControl::Kill`].
+    Killed,
+}
+
+/// Where [`run`] delivers the model-facing text.
+pub trait PtyOutput: Send {
+    /// Text (vt100 "basic formatted": plain text with SGR codes) of rows that left the screen,
+    /// and at the end the final screen. Chunks arrive in order; their concatenation is the run's
+    /// text.
+    fn text(&mut self, text: &str);
+    /// Called after each chunk of output. `screen` renders the current screen as plain text
+    /// (costly: call it only when a live update is due).
+    fn tick(&mut self, screen: &dyn Fn() -> String);
+}
+
+/// Whether a command runs in a PTY (SPEC §6). An explicit request always does. A tool call does
+/// when the `virtual_terminal` setting is `"on"`, neither `AGENT_BASH_NO_PTY` nor `PI_NO_PTY`
+/// is `1` in `env`, and an interactive UI is attached. Bang commands use pipes unless they ask.
+pub fn wants_pty(
+    explicit: bool,
+    origin: Origin,
+    virtual_terminal: Option<&str>,
+    ui_attached: bool,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> bool {
+    if explicit {
+        return true;
+    }
+    let opted_out =
+        ["AGENT_BASH_NO_PTY", "PI_NO_PTY"].iter().any(|k| env(k).is_some_and(|v| v == "1"));
+    origin == Origin::Tool && virtual_terminal == Some("on") && ui_attached && !opted_out
+}
+
+/// The `-c` script: snapshot, aliases on, cwd, the command (see the module docs).
+fn script(kind: ShellKind, snapshot: Option<&Path>, cwd: &Path, command: &str) -> String {
+    let mut s = String::new();
+    if let Some(snap) = snapshot {
+        s.push_str(&format!(". {} </dev/null >/dev/null 2>&1\n", quote(&snap.to_string_lossy())));
+    }
+    let builtin = match kind {
+        ShellKind::Bash => {
+            s.push_str("shopt -s expand_aliases\n");
+            "builtin "
+        }
+        ShellKind::Zsh => {
+            s.push_str("setopt aliases\n");
+            "builtin "
+        }
+        // `builtin` is not POSIX (dash lacks it).
+        ShellKind::Posix => "",
+    };
+    s.push_str(&format!(
+        "{builtin}cd -- {} && {builtin}eval {}\n",
+        quote(&cwd.to_string_lossy()),
+        quote(command)
+    ));
+    s
+}
+
+fn lock(screen: &Mutex<Screen>) -> MutexGuard<'_, Screen> {
+    // A panic while parsing leaves a usable (if odd) screen: keep going rather than lose output.
+    match screen.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn pty_err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// Output of the reader thread: the text of rows that left the screen (may be empty: the screen
+/// changed, a live update may be due).
+struct Chunk {
+    text: String,
+}
+
+/// Runs `command` in a new PTY. `Err` only when the PTY cannot be opened or the shell cannot be
+/// spawned (the caller reports `PTY error: <message>`); everything after that is in [`PtyEnd`].
+///
+/// `cfg.snapshot` is sourced if set; `deadline` is the timeout instant.
+pub async fn run(
+    cfg: &ShellConfig,
+    command: &str,
+    cwd: &Path,
+    hooks: PtyHooks,
+    deadline: Option<Instant>,
+    cancel: &CancellationToken,
+    out: &mut dyn PtyOutput,
+) -> io::Result<PtyEnd> {
+    let size = hooks.size.unwrap_or(DEFAULT_SIZE).clamped();
+    let kind = ShellKind::of(&cfg.shell);
+    let mut argv: Vec<OsString> = cfg.prefix.iter().map(OsString::from).collect();
+    argv.push(cfg.shell.clone().into_os_string());
+    argv.extend(kind.args().iter().map(OsString::from));
+    argv.push("-c".into());
+    argv.push(script(kind, cfg.snapshot.as_deref(), cwd, command).into());
+    let mut cmd = CommandBuilder::from_argv(argv);
+    cmd.env_clear();
+    for (k, v) in &cfg.env {
+        if k != "COLUMNS" && k != "LINES" {
+            cmd.env(k, v);
+        }
+    }
+    let run_mark = shell::nonce();
+    cmd.env("TERM", TERM);
+    cmd.env(procs::OWNER_VAR, &cfg.owner);
+    cmd.env(procs::SHELL_VAR, &run_mark);
+    cmd.cwd(cwd);
+
+    let pair = portable_pty::native_pty_system().openpty(size.pty_size()).map_err(pty_err)?;
+    // Both master handles are taken before spawning, so a failure leaves no child behind.
+    let reader = PtyReader::clone_of(pair.master.as_ref())?;
+    let writer = pair.master.take_writer().map_err(pty_err)?;
+    // Recorded as ours before the reaper can see it: a quick command exits at once.
+    let child = procs::spawn_owned(
+        || pair.slave.spawn_command(cmd).map_err(pty_err),
+        |c| c.process_id().map(|p| p as i32),
+    )?;
+    // Without this, EOF never comes: we would hold the terminal open ourselves.
+    drop(pair.slave);
+    let master = pair.master;
+    let pid = child.process_id().map(|p| p as i32).unwrap_or(-1);
+    let mark = format!("{}={run_mark}", procs::SHELL_VAR);
+    // If a helper thread cannot be started, the command must not outlive the error.
+    let mut orphan_guard = KillOnDrop { sid: pid, mark: mark.clone(), armed: true };
+
+    let (exit_tx, mut exit_rx) = tokio::sync::oneshot::channel::<Option<i32>>();
+    std::thread::Builder::new().name("pty-wait".into()).spawn(move || {
+        let status = wait_child(child);
+        procs::disown_child(pid);
+        let _ = exit_tx.send(status);
+    })?;
+
+    let screen = Arc::new(Mutex::new(Screen::new(size)));
+    let app_cursor = Arc::new(AtomicBool::new(false));
+    let (chunk_tx, mut chunk_rx) = mpsc::channel::<Chunk>(CHUNK_QUEUE);
+    {
+        let screen = screen.clone();
+        let app_cursor = app_cursor.clone();
+        let on_output = hooks.on_output.clone();
+        std::thread::Builder::new().name("pty-read".into()).spawn(move || {
+            let mut reader = reader;
+            let mut buf = vec![0u8; READ_CHUNK];
+            // Text is batched while output keeps coming (one wake-up of the async side per
+            // batch, not per 4 KiB read) and sent as soon as the terminal goes quiet.
+            let mut text = String::new();
+            let mut unsent = false;
+            let mut last_send = Instant::now();
+            loop {
+                if unsent && !reader.ready() {
+                    if chunk_tx.blocking_send(Chunk { text: std::mem::take(&mut text) }).is_err() {
+                        return;
+                    }
+                    unsent = false;
+                    last_send = Instant::now();
+                }
+                let n = match reader.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                {
+                    let mut s = lock(&screen);
+                    s.process(&buf[..n]);
+                    s.take_text(&mut text);
+                    app_cursor.store(s.application_cursor(), Ordering::Relaxed);
+                }
+                // After the screen: a view that reacts to these bytes (a key typed in answer to
+                // a mode switch) finds the runtime already in the mode they set.
+                if let Some(f) = &on_output {
+                    f(&buf[..n]);
+                }
+                unsent = true;
+                if text.len() >= TEXT_BATCH || last_send.elapsed() >= BATCH_DELAY {
+                    if chunk_tx.blocking_send(Chunk { text: std::mem::take(&mut text) }).is_err() {
+                        return;
+                    }
+                    unsent = false;
+                    last_send = Instant::now();
+                }
+            }
+            if unsent {
+                let _ = chunk_tx.blocking_send(Chunk { text });
+            }
+        })?;
+    }
+
+    let (input_tx, input_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::Builder::new().name("pty-write".into()).spawn(move || {
+        let mut writer = writer;
+        for data in input_rx {
+            if writer.write_all(&data).and_then(|_| writer.flush()).is_err() {
+                break;
+            }
+        }
+    })?;
+
+    orphan_guard.armed = false;
+
+    let mut control = hooks.control;
+    let mut exit: Option<Option<i32>> = None;
+    let mut exited_at: Option<Instant> = None;
+    let mut eof = false;
+    let mut ending: Option<PtyEnd> = None;
+    let mut kill_task: Option<tokio::task::JoinHandle<()>> = None;
+    let mut give_up: Option<Instant> = None;
+    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    let start_kill = |grace: Duration| {
+        let mark = mark.clone();
+        tokio::task::spawn_blocking(move || {
+            procs::kill_session_blocking(pid, Some(&mark), grace);
+        })
+    };
+    loop {
+        if exit.is_some() && eof {
+            break;
+        }
+        if give_up.is_some_and(|t| Instant::now() >= t) {
+            tracing::warn!("PTY run {pid}: no EOF after the kill; giving up on it");
+            break;
+        }
+        let running = exit.is_none() && ending.is_none();
+        let leftover_at = match (exited_at, &kill_task) {
+            (Some(t), None) if !eof => Some(t + LEFTOVER_GRACE),
+            _ => None,
+        };
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled(), if running => {
+                ending = Some(PtyEnd::Cancelled);
+            }
+            _ = tokio::time::sleep_until(deadline.unwrap_or(far).into()), if running && deadline.is_some() => {
+                ending = Some(PtyEnd::TimedOut);
+            }
+            chunk = chunk_rx.recv(), if !eof => match chunk {
+                Some(c) => {
+                    out.text(&c.text);
+                    out.tick(&|| lock(&screen).live_text());
+                }
+                None => eof = true,
+            },
+            st = &mut exit_rx, if exit.is_none() => {
+                exit = Some(st.ok().flatten());
+                exited_at = Some(Instant::now());
+            }
+            msg = recv_control(&mut control), if running => match msg {
+                Some(PtyControl::Input(bytes)) => {
+                    let mut norm = Vec::with_capacity(bytes.len());
+                    keys::normalize(&bytes, app_cursor.load(Ordering::Relaxed), &mut norm);
+                    if !norm.is_empty() {
+                        let _ = input_tx.send(norm);
+                    }
+                }
+                Some(PtyControl::Resize(size)) => {
+                    let size = size.clamped();
+                    // The screen first: output the program draws for the new size (after its
+                    // SIGWINCH) must land on a screen of that size.
+                    lock(&screen).resize(size);
+                    if let Err(e) = master.resize(size.pty_size()) {
+                        tracing::debug!("PTY resize failed: {e}");
+                    }
+                }
+                Some(PtyControl::Kill) => ending = Some(PtyEnd::Killed),
+                None => control = None,
+            },
+            _ = tokio::time::sleep_until(leftover_at.unwrap_or(far).into()), if leftover_at.is_some() => {
+                tracing::debug!("PTY run {pid}: a leftover process holds the terminal; killing it");
+                kill_task = Some(start_kill(procs::KILL_GRACE));
+                give_up = Some(Instant::now() + procs::KILL_GRACE + SETTLE_AFTER_KILL);
+            }
+            _ = tokio::time::sleep_until(give_up.unwrap_or(far).into()), if give_up.is_some() => {}
+        }
+        if ending.is_some() && kill_task.is_none() {
+            kill_task = Some(start_kill(procs::KILL_GRACE));
+            give_up = Some(Instant::now() + procs::KILL_GRACE + SETTLE_AFTER_KILL);
+        }
+    }
+    // The kill has finished its ladder once this returns: nothing the run started survives it.
+    if let Some(task) = kill_task {
+        let _ = task.await;
+    }
+    // Whatever is still queued was on the screen before the end.
+    while let Ok(c) = chunk_rx.try_recv() {
+        out.text(&c.text);
+    }
+    let mut text = String::new();
+    lock(&screen).finish(&mut text);
+    out.text(&text);
+    // Drop order: the writer thread ends (and drops the writer) when this sender goes; the
+    // master goes last. A reader still blocked on a terminal held by an unreachable process keeps
+    // its own clone and ends when that process lets go.
+    drop(input_tx);
+    drop(chunk_rx);
+    drop(master);
+    Ok(ending.unwrap_or(PtyEnd::Exited(exit.flatten())))
+}
+
+/// Kills a PTY run's session when dropped while armed (an early error return).
+struct KillOnDrop {
+    sid: i32,
+    mark: String,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            // Only on a failure path, so blocking briefly here is acceptable.
+            procs::kill_session_blocking(self.sid, Some(&self.mark), Duration::ZERO);
+        }
+    }
+}
+
+/// Our own read end of the master: a duplicate of its fd, so the reader thread can ask whether
+/// more output is waiting (`poll`) before blocking in `read`.
+struct PtyReader {
+    file: std::fs::File,
+}
+
+impl PtyReader {
+    fn clone_of(master: &dyn portable_pty::MasterPty) -> io::Result<PtyReader> {
+        use std::os::fd::FromRawFd;
+        let fd = master.as_raw_fd().ok_or_else(|| io::Error::other("PTY master has no fd"))?;
+        // SAFETY: duplicates a valid fd (close-on-exec: no command inherits it).
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `dup` is a fresh fd that nothing else owns.
+        Ok(PtyReader { file: unsafe { std::fs::File::from_raw_fd(dup) } })
+    }
+
+    /// Output is waiting: a read would not block.
+    fn ready(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd { fd: self.file.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, no timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & libc::POLLIN != 0
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.file.read(buf) {
+            // Linux reports "no process holds the terminal any more" as EIO: that is EOF.
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => Ok(0),
+            r => r,
+        }
+    }
+}
+
+async fn recv_control(rx: &mut Option<mpsc::UnboundedReceiver<PtyControl>>) -> Option<PtyControl> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Blocks until the child exits; its status as a shell reports it (128 + N for signal N).
+fn wait_child(mut child: Box<dyn portable_pty::Child + Send + Sync>) -> Option<i32> {
+    // portable-pty's own status keeps only the signal's name; the std child underneath has it all.
+    let plain: &mut dyn portable_pty::Child = &mut *child;
+    if let Some(std_child) = plain.downcast_mut::<std::process::Child>() {
+        return std_child.wait().ok().and_then(shell::exit_code);
+    }
+    child.wait().ok().map(|st| st.exit_code() as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_with(
+        pairs: &'static [(&'static str, &'static str)],
+    ) -> impl Fn(&str) -> Option<OsString> {
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| OsString::from(v))
+    }
+
+    #[test]
+    fn pty_selection() {
+        let none = env_with(&[]);
+        // Explicit requests always get a PTY.
+        assert!(wants_pty(true, Origin::Tool, None, false, &none));
+        assert!(wants_pty(
+            true,
+            Origin::Bang,
+            Some("off"),
+            false,
+            env_with(&[("AGENT_BASH_NO_PTY", "1")])
+        ));
+        // Tool calls: setting on, UI attached, not opted out.
+        assert!(wants_pty(false, Origin::Tool, Some("on"), true, &none));
+        assert!(!wants_pty(false, Origin::Tool, Some("off"), true, &none));
+        assert!(!wants_pty(false, Origin::Tool, None, true, &none));
+        assert!(!wants_pty(false, Origin::Tool, Some("on"), false, &none));
+        assert!(!wants_pty(
+            false,
+            Origin::Tool,
+            Some("on"),
+            true,
+            env_with(&[("AGENT_BASH_NO_PTY", "1")])
+        ));
+        assert!(!wants_pty(false, Origin::Tool, Some("on"), true, env_with(&[("PI_NO_PTY", "1")])));
+        assert!(wants_pty(
+            false,
+            Origin::Tool,
+            Some("on"),
+            true,
+            env_with(&[("AGENT_BASH_NO_PTY", "0")])
+        ));
+        // Bang commands only on request.
+        assert!(!wants_pty(false, Origin::Bang, Some("on"), true, &none));
+    }
+
+    #[test]
+    fn pty_size_clamp() {
+        assert_eq!(TermSize { cols: 10, rows: 2 }.clamped(), TermSize { cols: 20, rows: 5 });
+        assert_eq!(TermSize { cols: 999, rows: 999 }.clamped(), TermSize { cols: 400, rows: 200 });
+        assert_eq!(TermSize { cols: 80, rows: 24 }.clamped(), TermSize { cols: 80, rows: 24 });
+    }
+
+    #[test]
+    fn pty_script_has_no_setup_in_the_command() {
+        let s = script(ShellKind::Bash, Some(Path::new("/s/snap")), Path::new("/w d"), "echo 'hi'");
+        assert_eq!(
+            s,
+            ". '/s/snap' </dev/null >/dev/null 2>&1\nshopt -s expand_aliases\nbuiltin cd -- '/w d' && builtin eval 'echo '\\''hi'\\'''\n"
+        );
+        assert!(
+            script(ShellKind::Posix, None, Path::new("/"), "x").starts_with("cd -- '/' && eval")
+        );
+    }
+}
