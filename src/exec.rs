@@ -178,7 +178,7 @@ impl Runtime {
     }
 
     /// [`Runtime::run`] with the hooks a PTY run uses if the command gets one.
-    async fn run_with(
+    pub async fn run_with(
         &self,
         req: Request,
         cancel: CancellationToken,

@@ -56,7 +56,7 @@ impl Runtime {
 
     /// Whether `req` runs in a PTY ([`pty::wants_pty`] with this runtime's settings, the
     /// process environment and the UI state).
-    pub(super) fn wants_pty(&self, req: &Request) -> bool {
+    pub fn wants_pty(&self, req: &Request) -> bool {
         pty::wants_pty(
             req.pty,
             req.origin,

@@ -22,11 +22,12 @@ use std::sync::{Arc, Mutex};
 use nvim_rs::compat::tokio::Compat;
 use nvim_rs::{Handler, Neovim};
 use rmpv::Value;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::display::{style_json, StyledLine};
 use crate::exec::{LiveUpdate, Origin, Runtime, Settings, UpdateFn};
+use crate::pty::{OutputFn, PtyControl, PtyHooks, TermSize};
 use crate::Result;
 
 type Writer = Compat<tokio::fs::File>;
@@ -53,7 +54,18 @@ const EVENT_LUA: &str = "return require('agent_bash.backend')._on_event(...)";
 struct Backend {
     rt: Arc<Runtime>,
     runs: Arc<Mutex<HashMap<i64, CancellationToken>>>,
+    /// Input, resizes and kills for running PTY runs, by run id.
+    ptys: Arc<Mutex<HashMap<i64, mpsc::UnboundedSender<PtyControl>>>>,
 }
+
+/// Raw PTY output chunks queued for `nvim_chan_send`: when Neovim is slower than the program,
+/// the reader thread blocks, and so does the program (terminal flow control), instead of
+/// memory growing.
+const TERM_QUEUE: usize = 64;
+/// The task sending a terminal's bytes, and the signal that the run is over.
+type Pump = (tokio::task::JoinHandle<()>, tokio::sync::oneshot::Sender<()>);
+/// Largest batch given to one `nvim_chan_send`.
+const TERM_BATCH: usize = 1 << 20;
 
 /// Runs the msgpack-RPC mode until Neovim closes the channel.
 pub async fn run(args: NvimArgs) -> Result<i32> {
@@ -66,7 +78,7 @@ pub async fn run(args: NvimArgs) -> Result<i32> {
     }
     let rt = super::start_runtime(settings, args.session_id.as_deref())?;
     tokio::spawn(rt.clone().evict_loop());
-    let backend = Backend { rt: rt.clone(), runs: Arc::default() };
+    let backend = Backend { rt: rt.clone(), runs: Arc::default(), ptys: Arc::default() };
     let (_nvim, io) = nvim_rs::create::tokio::new_parent(backend.clone())
         .await
         .map_err(|e| crate::Error::InvalidInput(format!("cannot talk to Neovim: {e}")))?;
@@ -131,10 +143,29 @@ impl Handler for Backend {
             }
             "cancel" => {
                 let id = params.get("id").and_then(|v| v.as_i64()).unwrap_or(-1);
-                if let Ok(runs) = self.runs.lock() {
-                    if let Some(c) = runs.get(&id) {
-                        c.cancel();
+                // A PTY run is force-killed (the kill key, SPEC §6); others are cancelled.
+                if !self.pty_control(id, PtyControl::Kill) {
+                    if let Ok(runs) = self.runs.lock() {
+                        if let Some(c) = runs.get(&id) {
+                            c.cancel();
+                        }
                     }
+                }
+            }
+            "pty_input" => {
+                let id = params.get("id").and_then(|v| v.as_i64()).unwrap_or(-1);
+                // Keys typed in a terminal are bytes, not necessarily UTF-8: read them raw.
+                if let Some(data) = raw_field(&args, "data") {
+                    self.pty_control(id, PtyControl::Input(data));
+                }
+            }
+            "pty_resize" => {
+                let id = params.get("id").and_then(|v| v.as_i64()).unwrap_or(-1);
+                let dim = |k: &str| {
+                    params.get(k).and_then(|v| v.as_u64()).map(|n| n.min(u16::MAX as u64) as u16)
+                };
+                if let (Some(cols), Some(rows)) = (dim("cols"), dim("rows")) {
+                    self.pty_control(id, PtyControl::Resize(TermSize { cols, rows }));
                 }
             }
             other => tracing::warn!("unknown notification {other}"),
@@ -154,6 +185,9 @@ impl Backend {
             Err(e) => return send(&nvim, error_event(id, &e)).await,
         };
         req.display = true;
+        if let Some(ui) = params.get("ui").and_then(|v| v.as_bool()) {
+            self.rt.set_ui_attached(ui);
+        }
         let exclude = params.get("exclude_from_context").and_then(|v| v.as_bool()).unwrap_or(false);
         let (command, cwd) = (req.command.clone(), req.cwd.clone().unwrap_or_default());
         let cancel = CancellationToken::new();
@@ -183,8 +217,30 @@ impl Backend {
                 send(&updater_nvim, ev).await;
             }
         });
-        let res = self.rt.run(req, cancel, Some(on_update)).await;
-        // The sender lives in the callback, which the runtime has dropped by now.
+        let (hooks, pump) = if self.rt.wants_pty(&req) {
+            match self.open_terminal(id, &req, origin, &nvim).await {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = updater.await;
+                    if let Ok(mut runs) = self.runs.lock() {
+                        runs.remove(&id);
+                    }
+                    return send(&nvim, error_event(id, &format!("PTY error: {e}"))).await;
+                }
+            }
+        } else {
+            (PtyHooks::default(), None)
+        };
+        let res = self.rt.run_with(req, cancel, Some(on_update), hooks).await;
+        if let Ok(mut ptys) = self.ptys.lock() {
+            ptys.remove(&id);
+        }
+        // The senders live in the callbacks, which the runtime has dropped by now: the terminal
+        // has every byte before the card says the run is over.
+        if let Some((pump, finish)) = pump {
+            let _ = finish.send(());
+            let _ = pump.await;
+        }
         let _ = updater.await;
         if let Ok(mut runs) = self.runs.lock() {
             runs.remove(&id);
@@ -218,6 +274,107 @@ impl Backend {
         };
         send(&nvim, ev).await;
     }
+}
+
+impl Backend {
+    /// Delivers a control message to a running PTY run; false when there is none.
+    fn pty_control(&self, id: i64, msg: PtyControl) -> bool {
+        match self.ptys.lock() {
+            Ok(ptys) => ptys.get(&id).is_some_and(|tx| tx.send(msg).is_ok()),
+            Err(_) => false,
+        }
+    }
+
+    /// Asks Lua for a terminal view (SPEC §6): a float holding `nvim_open_term`, whose channel
+    /// gets the raw PTY bytes. Returns the run's hooks and the task that pumps the bytes.
+    async fn open_terminal(
+        &self,
+        id: i64,
+        req: &crate::exec::Request,
+        origin: Origin,
+        nvim: &Nvim,
+    ) -> std::result::Result<(PtyHooks, Option<Pump>), String> {
+        let origin = if origin == Origin::Tool { "tool" } else { "bang" };
+        let opts = map(vec![
+            ("command", Value::from(req.command.as_str())),
+            ("origin", Value::from(origin)),
+        ]);
+        let opened = nvim
+            .exec_lua(
+                "return require('agent_bash.terminal')._open(...)",
+                vec![Value::from(id), opts],
+            )
+            .await
+            .map_err(|e| format!("could not open a terminal view: {e}"))?;
+        let field = |k: &str| {
+            opened
+                .as_map()
+                .and_then(|m| m.iter().find(|(key, _)| key.as_str() == Some(k)))
+                .and_then(|(_, v)| v.as_u64())
+        };
+        let chan = field("chan").ok_or("the terminal view gave no channel")?;
+        let size = match (field("cols"), field("rows")) {
+            (Some(c), Some(r)) => Some(TermSize {
+                cols: c.min(u16::MAX as u64) as u16,
+                rows: r.min(u16::MAX as u64) as u16,
+            }),
+            _ => None,
+        };
+        let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+        if let Ok(mut ptys) = self.ptys.lock() {
+            ptys.insert(id, ctl_tx);
+        }
+        let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(TERM_QUEUE);
+        // Called on the PTY reader thread (not an async context), so it may block.
+        let on_output: OutputFn = Arc::new(move |bytes: &[u8]| {
+            let _ = out_tx.blocking_send(bytes.to_vec());
+        });
+        let pump_nvim = nvim.clone();
+        let (finish_tx, mut finish_rx) = tokio::sync::oneshot::channel::<()>();
+        let pump = tokio::spawn(async move {
+            let mut finishing = false;
+            loop {
+                // Once the run is over, send what is queued and stop: the reader thread may
+                // outlive the run by a moment, holding its end of the channel open.
+                let first = if finishing {
+                    match out_rx.try_recv() {
+                        Ok(b) => b,
+                        Err(_) => break,
+                    }
+                } else {
+                    tokio::select! {
+                        b = out_rx.recv() => match b { Some(b) => b, None => break },
+                        _ = &mut finish_rx => { finishing = true; continue; }
+                    }
+                };
+                let mut batch = first;
+                while batch.len() < TERM_BATCH {
+                    match out_rx.try_recv() {
+                        Ok(more) => batch.extend_from_slice(&more),
+                        Err(_) => break,
+                    }
+                }
+                let args = vec![Value::from(chan), Value::Binary(batch)];
+                if let Err(e) = pump_nvim.call("nvim_chan_send", args).await {
+                    tracing::warn!("terminal output not delivered: {e}");
+                }
+            }
+        });
+        Ok((
+            PtyHooks { size, on_output: Some(on_output), control: Some(ctl_rx) },
+            Some((pump, finish_tx)),
+        ))
+    }
+}
+
+/// A field of the first argument (a map) as raw bytes (msgpack str or bin).
+fn raw_field(args: &[Value], key: &str) -> Option<Vec<u8>> {
+    let Some(Value::Map(m)) = args.first() else { return None };
+    m.iter().find(|(k, _)| k.as_str() == Some(key)).and_then(|(_, v)| match v {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Binary(b) => Some(b.clone()),
+        _ => None,
+    })
 }
 
 async fn send(nvim: &Nvim, ev: Value) {

@@ -417,3 +417,163 @@ async fn nvim_history_reopens_card_and_artifact() {
     assert_eq!(a[1].as_i64(), Some(4000));
     assert_eq!(a[2].as_str(), Some("1"));
 }
+
+impl Editor {
+    /// Attaches a UI (as a GUI would): `nvim_list_uis()` is no longer empty and window events
+    /// such as WinResized fire. Redraw events go to the Dummy handler.
+    pub async fn attach_ui(&self) {
+        let opts = Value::Map(vec![
+            (Value::from("rgb"), Value::from(true)),
+            (Value::from("ext_linegrid"), Value::from(true)),
+        ]);
+        self.nvim
+            .call("nvim_ui_attach", vec![Value::from(120), Value::from(40), opts])
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// Lines of the newest terminal float's buffer.
+    pub async fn term_lines(&self) -> Vec<String> {
+        let v = self
+            .lua(
+                "local ts = require('agent_bash.terminal').terms(); local t = ts[#ts]
+                 if not t or not vim.api.nvim_buf_is_valid(t.buf) then return {} end
+                 return vim.api.nvim_buf_get_lines(t.buf, 0, -1, false)",
+            )
+            .await;
+        v.as_array()
+            .map(|a| a.iter().map(|l| l.as_str().unwrap_or("").to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    pub async fn wait_term(&self, needle: &str) -> Vec<String> {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let lines = self.term_lines().await;
+            if lines.iter().any(|l| l.contains(needle)) {
+                return lines;
+            }
+            assert!(Instant::now() < end, "terminal never showed {needle:?}: {lines:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits for the newest terminal's run to end; returns a field of its result.
+    pub async fn term_result(&self, field: &str) -> Value {
+        let newest =
+            "(function() local ts = require('agent_bash.terminal').terms(); return ts[#ts] end)()";
+        self.wait_lua(&format!("{newest}.finished")).await;
+        self.lua(&format!("local t = {newest}; return t.state.result and t.state.result.{field}"))
+            .await
+    }
+}
+
+#[tokio::test]
+async fn nvim_term_prompt_answered_by_typing() {
+    let ed = Editor::start().await;
+    ed.attach_ui().await;
+    ed.cmd("AgentBashTerm read -p 'name? ' x; echo hello $x").await;
+    ed.wait_term("name? ").await;
+    ed.nvim.input("alice<CR>").await.unwrap();
+    ed.wait_term("hello alice").await;
+    let out = ed.term_result("output").await;
+    assert!(out.as_str().unwrap().contains("hello alice"), "{out:?}");
+    assert_eq!(ed.term_result("exit_code").await.as_i64(), Some(0));
+}
+
+#[tokio::test]
+async fn nvim_term_resize_reaches_the_program() {
+    let ed = Editor::start().await;
+    ed.attach_ui().await;
+    ed.cmd("AgentBashTerm trap 'echo size $(stty size)' WINCH; echo size $(stty size); while :; do sleep 0.05; done").await;
+    let lines = ed.wait_term("size ").await;
+    let first = lines.iter().find(|l| l.starts_with("size ")).unwrap().clone();
+    ed.lua(
+        "local ts = require('agent_bash.terminal').terms(); local t = ts[#ts]
+         vim.api.nvim_win_set_config(t.win, {width = 50, height = 12})",
+    )
+    .await;
+    let lines = ed.wait_term("size 12 50").await;
+    assert!(lines.iter().any(|l| l == &first), "{lines:?}");
+    ed.lua("require('agent_bash').cancel()").await;
+}
+
+#[tokio::test]
+async fn nvim_term_kill_key_ends_the_run() {
+    let ed = Editor::start().await;
+    ed.attach_ui().await;
+    ed.cmd("AgentBashTerm export AB_TERM_KILL=1; echo ready; sleep 100").await;
+    ed.wait_term("ready").await;
+    assert!(!super::support::procs_with_env("AB_TERM_KILL=1").is_empty());
+    ed.nvim.input("<Esc>").await.unwrap();
+    assert_eq!(ed.term_result("cancelled").await, Value::Boolean(true));
+    assert!(ed.term_result("output").await.as_str().unwrap().starts_with("[Command cancelled]"));
+    assert!(super::support::procs_with_env("AB_TERM_KILL=1").is_empty());
+    let title = ed
+        .lua("local ts = require('agent_bash.terminal').terms(); local t = ts[#ts]; local c = vim.api.nvim_win_get_config(t.win).title
+              local s = '' for _, ch in ipairs(c or {}) do s = s .. ch[1] end return s")
+        .await;
+    assert!(title.as_str().unwrap().contains("cancelled"), "{title:?}");
+}
+
+#[tokio::test]
+async fn nvim_term_colours_reach_the_terminal() {
+    let ed = Editor::start().await;
+    ed.attach_ui().await;
+    ed.cmd("set termguicolors").await;
+    ed.cmd(r"AgentBashTerm printf '\e[31mred\e[0m plain\n'").await;
+    ed.wait_term("red plain").await;
+    ed.cmd("redraw").await;
+    // Find the cell showing `r` of `red` in a window grid (floats have grids of their own) and
+    // ask for its attributes.
+    let v = ed
+        .lua(
+            "local function cell(g, r, c) local ok, v = pcall(vim.api.nvim__inspect_cell, g, r, c); return ok and v or {} end
+             local word = 'red plain'
+             for grid = 2, 40 do
+               for row = 0, 12 do
+                 for col = 0, 8 do
+                   local hit = true
+                   for i = 1, #word do
+                     if cell(grid, row, col + i - 1)[1] ~= word:sub(i, i) then hit = false break end
+                   end
+                   if hit then return {cell(grid, row, col)[2], cell(grid, row, col + 4)[2]} end
+                 end
+               end
+             end",
+        )
+        .await;
+    let pair = v.as_array().unwrap_or_else(|| panic!("`red plain` on screen: {v:?}"));
+    let fg = |attrs: &Value| {
+        attrs
+            .as_map()
+            .and_then(|m| m.iter().find(|(k, _)| k.as_str() == Some("foreground")))
+            .and_then(|(_, v)| v.as_i64())
+    };
+    // `red` has a foreground colour of its own; ` plain` (after the reset) does not share it.
+    let (red, plain) = (fg(&pair[0]), fg(&pair[1]));
+    assert!(red.is_some(), "{pair:?}");
+    assert_ne!(red, plain, "{pair:?}");
+}
+
+#[tokio::test]
+async fn nvim_tool_call_uses_terminal_only_with_ui_and_setting() {
+    let ed = Editor::start().await;
+    let cfg = ed._home.path().join("settings.toml");
+    std::fs::write(&cfg, "virtual_terminal = \"on\"\n").unwrap();
+    ed.lua(&format!(
+        "require('agent_bash').setup({{settings_file = {:?}}})",
+        cfg.to_str().unwrap()
+    ))
+    .await;
+    // No UI attached: pipes.
+    ed.tool_call("pipes", "{command = '[ -t 1 ] && echo tty || echo pipe'}").await;
+    assert_eq!(ed.tool_result("pipes", "output").await.as_str(), Some("pipe\n"));
+    assert!(ed.term_lines().await.is_empty());
+    // A UI attached: the terminal view.
+    ed.attach_ui().await;
+    ed.tool_call("term", "{command = '[ -t 1 ] && echo tty || echo pipe'}").await;
+    assert_eq!(ed.tool_result("term", "output").await.as_str(), Some("tty\n"));
+    ed.wait_term("tty").await;
+}
