@@ -197,9 +197,8 @@ impl Shell {
             .stderr(Stdio::null())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = cmd.spawn()?;
+        let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))?;
         let pid = child.id().map(|p| p as i32).unwrap_or(-1);
-        procs::own_child(pid);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(io::Error::other("shell pipes missing"));
         };

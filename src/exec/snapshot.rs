@@ -180,8 +180,8 @@ pub fn capture(
     let raw_path = dir.join(format!("snapshot-raw-{}", nonce()));
     let script = dump_script(kind, &raw_path);
     let mark_nonce = nonce();
-    let mut child = std::process::Command::new(shell)
-        .arg("-i")
+    let mut cmd = std::process::Command::new(shell);
+    cmd.arg("-i")
         .arg("-c")
         .arg(&script)
         .env_clear()
@@ -191,11 +191,9 @@ pub fn capture(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .ok()?;
+        .process_group(0);
+    let mut child = procs::spawn_owned(|| cmd.spawn(), |c| Some(c.id() as i32)).ok()?;
     let pid = child.id() as i32;
-    procs::own_child(pid);
     let deadline = std::time::Instant::now() + CAPTURE_LIMIT;
     let status = loop {
         match child.try_wait() {

@@ -5,8 +5,16 @@
 //! * requests (answered at once): `hello {version}` → `{version, pid, session_dir}`;
 //!   `ping` → `"pong"`; `artifact {url}` → the artifact's text, or an error whose message is
 //!   the exact SPEC §4.3 text.
+//!   `get_context` → the agent's context messages (SPEC §10); `history` → the session's
+//!   recorded bang commands.
 //! * notifications (long work; never block the dispatch loop): `run {id, origin, command, cwd,
-//!   timeout?, head?, tail?, tools?, session_key?, exclude_from_context}`, `cancel {id}`.
+//!   timeout?, head?, tail?, tools?, session_key?, exclude_from_context, pty?, ui?}`,
+//!   `cancel {id}` (a PTY run is force-killed), `pty_input {id, data}` (raw bytes typed in the
+//!   terminal, normalized in Rust), `pty_resize {id, cols, rows}`.
+//! * a PTY run (SPEC §6: `pty = true`, or a tool call with `virtual_terminal = "on"` and
+//!   `ui = true`) first asks Lua for a view: `require('agent_bash.terminal')._open(id, {command,
+//!   origin})` returns `{chan, cols, rows}`; the raw PTY bytes then go to that channel with
+//!   `nvim_chan_send`, with flow control (a slow editor slows the program, not our memory).
 //! * events pushed back with `nvim_exec_lua` →
 //!   `require('agent_bash.backend')._on_event(ev)`: `update` (throttled by the runtime to at
 //!   most 20 per second per run, and coalesced: a slow editor gets the latest state, never a
