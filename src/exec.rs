@@ -29,8 +29,6 @@ use crate::{Error, Result};
 pub use settings::Settings;
 use shell::{Ending, Shell, ShellConfig};
 
-/// SIGPIPE's exit status as a shell reports it: the producer we cut off on purpose.
-const SIGPIPE_STATUS: i32 = 128 + libc::SIGPIPE;
 /// How often idle shell sessions are looked for.
 const EVICT_EVERY: Duration = Duration::from_secs(30);
 
@@ -79,6 +77,10 @@ pub type UpdateFn = Arc<dyn Fn(LiveUpdate) + Send + Sync>;
 
 /// Session key used by tool calls that do not name one.
 pub const DEFAULT_KEY: &str = "default";
+/// Session key of the user's own commands (SPEC §5: "bang commands use the editor session's
+/// key"): a long `:AgentBash npm run dev` never holds up the agent's shell, and the user's
+/// `export`s stay out of it.
+pub const BANG_KEY: &str = "bang";
 
 #[derive(Default)]
 struct Slot {
@@ -166,6 +168,22 @@ impl Runtime {
         self.ui_attached.load(Ordering::Relaxed)
     }
 
+    /// The checks a command passes before it runs (SPEC §1–§3): `Err` for bad input, `Some` with
+    /// the blocked result when interception stops it, `None` when it would run.
+    pub fn precheck(&self, req: &Request) -> Result<Option<BashResult>> {
+        if req.origin == Origin::Tool {
+            let norm = normalize::normalize(&req.command, req.head, req.tail);
+            if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
+                return Ok(Some(blocked_result(block, Duration::ZERO)));
+            }
+        }
+        validate::resolve_cwd(&self.base_dir, req.cwd.as_deref())?;
+        if !(req.origin == Origin::Bang && req.timeout.is_none()) {
+            validate::timeout_from_secs(req.timeout)?;
+        }
+        Ok(None)
+    }
+
     /// Runs one command through the whole pipeline. `Err` only for bad input (cwd, timeout);
     /// everything that happens to the command itself is in the [`BashResult`].
     pub async fn run(
@@ -198,13 +216,7 @@ impl Runtime {
         };
         if req.origin == Origin::Tool {
             if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
-                return Ok(BashResult {
-                    output: block.message.clone(),
-                    is_error: true,
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    blocked: serde_json::to_value(&block).ok(),
-                    ..Default::default()
-                });
+                return Ok(blocked_result(block, started.elapsed()));
             }
         }
         // §3 validate.
@@ -223,7 +235,10 @@ impl Runtime {
         }
 
         // §5 a shell session for the key; waiting for a busy one does not count as run time.
-        let key = req.session_key.clone().unwrap_or_else(|| DEFAULT_KEY.to_string());
+        let key = req.session_key.clone().unwrap_or_else(|| {
+            let key = if req.origin == Origin::Bang { BANG_KEY } else { DEFAULT_KEY };
+            key.to_string()
+        });
         let slot = self.slot(&key);
         let wait_started = Instant::now();
         let mut slot = tokio::select! {
@@ -241,7 +256,10 @@ impl Runtime {
                 Err(e) => {
                     slot.lost = true;
                     let mut r = self.shape_unrun(&norm, Outcome::MissingExitStatus, started);
-                    r.output = format!("Bash command failed: {e}\n\n{}", r.output);
+                    let shell = self.shell_cfg.shell.display();
+                    r.output = format!(
+                        "Bash command failed: cannot start {shell}: {e}\n\nCommand failed: missing exit status"
+                    );
                     return Ok(r);
                 }
             }
@@ -251,7 +269,7 @@ impl Runtime {
 
         // §4 the output path: sanitize → sink, live updates throttled.
         let limits = &self.settings.limits;
-        let mut sink = Sink::new(
+        let sink = Sink::new(
             SinkConfig {
                 max_bytes: limits.max_bytes,
                 max_lines: limits.max_lines,
@@ -261,50 +279,22 @@ impl Runtime {
             },
             Some(self.store.clone()),
         );
-        let mut sanitizer = Sanitizer::new();
-        let mut text = String::new();
-        let mut spans = Vec::new();
-        let mut display = req.display.then(Display::new);
-        let mut throttle = Throttle::new(LIVE_UPDATE_INTERVAL);
-        let mut feed = |bytes: &[u8]| -> bool {
-            text.clear();
-            match &mut display {
-                Some(d) => {
-                    spans.clear();
-                    sanitizer.push_styled(bytes, &mut text, &mut spans);
-                    d.push(&text, &spans);
-                }
-                None => sanitizer.push(bytes, &mut text),
-            }
-            // Hands the buffer to the artifact writer instead of copying it (leaves it empty).
-            sink.push_owned(&mut text);
-            if let Some(f) = &on_update {
-                if throttle.ready(Instant::now()) {
-                    f(live(&sink, display.as_ref(), sanitizer.pending(), false));
-                }
-            }
-            !sink.should_close()
+        let mut feed = Feed {
+            sink,
+            sanitizer: Sanitizer::new(),
+            text: String::new(),
+            spans: Vec::new(),
+            display: req.display.then(Display::new),
+            throttle: Throttle::new(LIVE_UPDATE_INTERVAL),
+            on_update,
+            dirty: false,
         };
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
-        let run_started = Instant::now();
         let Some(shell) = slot.shell.as_mut() else {
             return Err(Error::InvalidInput("shell session vanished".into()));
         };
         let end = shell.run(&norm.command, &cwd, &mut feed, deadline, &cancel).await;
-        let _ = run_started;
-        text.clear();
-        match &mut display {
-            Some(d) => {
-                spans.clear();
-                sanitizer.finish_styled(&mut text, &mut spans);
-                d.push(&text, &spans);
-            }
-            None => sanitizer.finish(&mut text),
-        }
-        sink.push(&text);
-        if let Some(f) = &on_update {
-            f(live(&sink, display.as_ref(), "", true));
-        }
+        let sink = feed.finish();
         let outcome = match end {
             Ok(end) => {
                 let keep = matches!(end.ending, Ending::Done(_));
@@ -316,8 +306,9 @@ impl Runtime {
                 }
                 match end.ending {
                     Ending::Done(code) | Ending::ShellExited(Some(code)) => {
-                        let code =
-                            if end.closed_early && code == SIGPIPE_STATUS { 0 } else { code };
+                        // We cut the output as `| head -n N` would: the pipeline's status is
+                        // then head's, whether the producer died of SIGPIPE or exited on EPIPE.
+                        let code = if end.closed_early { 0 } else { code };
                         Outcome::Exited(code)
                     }
                     Ending::ShellExited(None) => Outcome::MissingExitStatus,
@@ -426,6 +417,88 @@ impl Runtime {
         }
         let mark = format!("{}={}", procs::OWNER_VAR, self.owner());
         procs::kill_tree(None, Some(mark), procs::KILL_GRACE).await;
+    }
+}
+
+/// The output path of a pipe run: raw bytes → sanitizer → sink (and display lines), with live
+/// updates at most every [`LIVE_UPDATE_INTERVAL`] and a trailing one once output pauses, so a
+/// view never shows stale output while the command is quiet.
+struct Feed {
+    sink: Sink,
+    sanitizer: Sanitizer,
+    text: String,
+    spans: Vec<crate::sanitize::Span>,
+    display: Option<Display>,
+    throttle: Throttle,
+    on_update: Option<UpdateFn>,
+    /// Output arrived since the last update.
+    dirty: bool,
+}
+
+impl Feed {
+    fn update(&mut self) {
+        if let Some(f) = &self.on_update {
+            if self.throttle.ready(Instant::now()) {
+                f(live(&self.sink, self.display.as_ref(), self.sanitizer.pending(), false));
+                self.dirty = false;
+            } else {
+                self.dirty = true;
+            }
+        }
+    }
+
+    /// Ends the stream: the last text, the final update (every kept display line).
+    fn finish(mut self) -> Sink {
+        self.text.clear();
+        match &mut self.display {
+            Some(d) => {
+                self.spans.clear();
+                self.sanitizer.finish_styled(&mut self.text, &mut self.spans);
+                d.push(&self.text, &self.spans);
+            }
+            None => self.sanitizer.finish(&mut self.text),
+        }
+        self.sink.push(&self.text);
+        if let Some(f) = &self.on_update {
+            f(live(&self.sink, self.display.as_ref(), "", true));
+        }
+        self.sink
+    }
+}
+
+impl shell::OutputSink for Feed {
+    fn data(&mut self, bytes: &[u8]) -> bool {
+        self.text.clear();
+        match &mut self.display {
+            Some(d) => {
+                self.spans.clear();
+                self.sanitizer.push_styled(bytes, &mut self.text, &mut self.spans);
+                d.push(&self.text, &self.spans);
+            }
+            None => self.sanitizer.push(bytes, &mut self.text),
+        }
+        // Hands the buffer to the artifact writer instead of copying it (leaves it empty).
+        self.sink.push_owned(&mut self.text);
+        self.update();
+        !self.sink.should_close()
+    }
+
+    fn idle(&mut self) {
+        if self.dirty {
+            self.update();
+        }
+    }
+}
+
+/// The result of a command interception stopped (SPEC §2): an error with the exact text and
+/// the structured block.
+fn blocked_result(block: crate::intercept::Block, took: Duration) -> BashResult {
+    BashResult {
+        output: block.message.clone(),
+        is_error: true,
+        duration_ms: took.as_millis() as u64,
+        blocked: serde_json::to_value(&block).ok(),
+        ..Default::default()
     }
 }
 

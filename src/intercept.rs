@@ -180,7 +180,9 @@ impl Interceptor {
     pub fn check(&self, normalized_command: &str, tools: Option<&[String]>) -> Option<Block> {
         let tools = tools.filter(|_| self.enabled)?;
         let commands = shellwords::simple_commands(normalized_command);
-        let rule = self.rules.iter().filter(|rule| tools.contains(&rule.tool)).find(|rule| {
+        // Tool names as callers type them (`--tools ' read , grep'`).
+        let offered = |tool: &str| tools.iter().any(|t| t.trim() == tool);
+        let rule = self.rules.iter().filter(|rule| offered(&rule.tool)).find(|rule| {
             commands.iter().any(|command| match rule.refinement {
                 Some(refinement) => refinement.matches(&rule.regex, command),
                 None => rule.regex.is_match(command.text()),

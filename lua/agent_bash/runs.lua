@@ -156,7 +156,9 @@ function M.on_event(ev)
       require('agent_bash.context')._on_bang_done(run)
     end
   elseif ev.type == 'error' then
-    M.fail(run, ev.message or 'unknown error')
+    -- The backend's own words (SPEC §3 texts such as `Working directory does not exist: …`)
+    -- reach the agent exactly; the card still says `Bash command failed: …`.
+    M.fail(run, ev.message or 'unknown error', true)
   else
     log.warn('unknown event type %s', tostring(ev.type))
   end
@@ -166,21 +168,23 @@ end
 --- `Bash command failed: <message>`, a tool call gets an error result.
 ---@param run agent_bash.Run
 ---@param message string
-function M.fail(run, message)
+---@param exact? boolean the message is the backend's exact text: the result's output is it alone
+function M.fail(run, message, exact)
   if run.finished then
     return
   end
   run.state.error = message
   run.state.status = 'failed'
-  H.finish(run, M.error_result(message))
+  H.finish(run, M.error_result(message, exact))
 end
 
 --- The result a tool call gets when it could not run.
 ---@param message string
+---@param exact? boolean
 ---@return agent_bash.BashResult
-function M.error_result(message)
+function M.error_result(message, exact)
   return {
-    output = 'Bash command failed: ' .. message,
+    output = exact and message or ('Bash command failed: ' .. message),
     error = message,
     is_error = true,
     cancelled = false,

@@ -81,9 +81,9 @@ impl Settings {
                 )));
             }
         }
-        if s.limits.max_bytes == 0 || s.limits.max_lines == 0 || s.limits.max_sessions == 0 {
+        if s.limits.max_bytes < 4 || s.limits.max_lines == 0 || s.limits.max_sessions == 0 {
             return Err(Error::InvalidInput(
-                "limits.max_bytes, limits.max_lines and limits.max_sessions must be at least 1"
+                "limits.max_bytes must be at least 4, limits.max_lines and limits.max_sessions at least 1"
                     .into(),
             ));
         }

@@ -108,7 +108,13 @@ pub struct ShellConfig {
 /// then gets SIGPIPE), used for the head-only rule of SPEC §1.
 pub trait OutputSink: Send {
     fn data(&mut self, bytes: &[u8]) -> bool;
+    /// Called when no output has arrived for [`IDLE_TICK`] while the command runs (a chance to
+    /// send a live update that the throttle held back).
+    fn idle(&mut self) {}
 }
+
+/// How long the output must pause before [`OutputSink::idle`] is called.
+pub const IDLE_TICK: Duration = Duration::from_millis(50);
 
 impl<F: FnMut(&[u8]) -> bool + Send> OutputSink for F {
     fn data(&mut self, bytes: &[u8]) -> bool {
@@ -386,6 +392,7 @@ impl Shell {
                     }
                 }
                 _ = tokio::time::sleep_until(bg_wake.into()), if fg.is_some() => {}
+                _ = tokio::time::sleep(IDLE_TICK), if fg.is_none() => out.idle(),
             }
         };
         if matches!(ending, Ending::TimedOut | Ending::Cancelled) {

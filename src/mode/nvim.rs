@@ -225,10 +225,45 @@ impl Backend {
                 send(&updater_nvim, ev).await;
             }
         });
-        let (hooks, pump) = if self.rt.wants_pty(&req) {
+        // A terminal view only for a command that will run: blocked or invalid ones answer now.
+        let pty = self.rt.wants_pty(&req);
+        if pty {
+            match self.rt.precheck(&req) {
+                Ok(None) => {}
+                Ok(Some(blocked)) => {
+                    drop(on_update);
+                    let _ = updater.await;
+                    if let Ok(mut runs) = self.runs.lock() {
+                        runs.remove(&id);
+                    }
+                    let result =
+                        json_to_msgpack(&serde_json::to_value(&blocked).unwrap_or_default());
+                    return send(
+                        &nvim,
+                        map(vec![
+                            ("type", Value::from("done")),
+                            ("id", Value::from(id)),
+                            ("result", result),
+                        ]),
+                    )
+                    .await;
+                }
+                Err(e) => {
+                    drop(on_update);
+                    let _ = updater.await;
+                    if let Ok(mut runs) = self.runs.lock() {
+                        runs.remove(&id);
+                    }
+                    return send(&nvim, error_event(id, &e.to_string())).await;
+                }
+            }
+        }
+        let (hooks, pump) = if pty {
             match self.open_terminal(id, &req, origin, &nvim).await {
                 Ok(t) => t,
                 Err(e) => {
+                    // The updater ends when its sender (inside `on_update`) is gone.
+                    drop(on_update);
                     let _ = updater.await;
                     if let Ok(mut runs) = self.runs.lock() {
                         runs.remove(&id);
@@ -448,8 +483,10 @@ fn msgpack_to_json(v: &Value) -> serde_json::Value {
         Value::Integer(i) => {
             i.as_i64().map(J::from).or_else(|| i.as_u64().map(J::from)).unwrap_or(J::Null)
         }
-        Value::F32(f) => serde_json::Number::from_f64(f64::from(*f)).map_or(J::Null, J::Number),
-        Value::F64(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+        // NaN and infinities have no JSON number: keep them as text, so that validation rejects
+        // them (a NaN timeout is an error, not "no timeout").
+        Value::F32(f) => float_json(f64::from(*f)),
+        Value::F64(f) => float_json(*f),
         Value::String(s) => J::String(String::from_utf8_lossy(s.as_bytes()).into_owned()),
         Value::Binary(b) => J::String(String::from_utf8_lossy(b).into_owned()),
         Value::Array(a) => J::Array(a.iter().map(msgpack_to_json).collect()),
@@ -467,6 +504,11 @@ fn msgpack_to_json(v: &Value) -> serde_json::Value {
         ),
         Value::Ext(_, _) => J::Null,
     }
+}
+
+fn float_json(f: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(f)
+        .map_or_else(|| serde_json::Value::String(f.to_string()), serde_json::Value::Number)
 }
 
 fn json_to_msgpack(v: &serde_json::Value) -> Value {

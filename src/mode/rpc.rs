@@ -338,7 +338,9 @@ async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Valu
         Ok(r) => r,
         Err(e) => return send(&state.out, response(id.as_ref(), "tool_call", Err(e))),
     };
-    let key = id.as_ref().map(id_key).unwrap_or_default();
+    // Requests without an id still need a key of their own for `abort_tool_call` bookkeeping.
+    let n = state.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let key = id.as_ref().map(id_key).unwrap_or_else(|| format!("\0anonymous-{n}"));
     let cancel = CancellationToken::new();
     if let Ok(mut t) = state.tools.lock() {
         t.insert(key.clone(), cancel.clone());
@@ -352,6 +354,10 @@ async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Valu
     let out = state.out.clone();
     let upd_id = id.clone();
     let on_update: UpdateFn = Arc::new(move |u: LiveUpdate| {
+        // The final state travels in `tool_execution_end`.
+        if u.last {
+            return;
+        }
         let mut v = json!({"type": "tool_execution_update", "toolName": "bash",
             "partialResult": {"output": u.tail, "totalBytes": u.total_bytes, "totalLines": u.total_lines}});
         if let Some(id) = &upd_id {

@@ -33,8 +33,11 @@ const READ_CHUNK: usize = 256 * 1024;
 
 /// Runs `sanitize`; returns the process exit status.
 pub fn run(args: SanitizeArgs) -> crate::Result<i32> {
-    if args.max_bytes == 0 || args.max_lines == 0 {
-        return Err(Error::InvalidInput("--max-bytes and --max-lines must be at least 1".into()));
+    // Four bytes is the smallest window that holds any character.
+    if args.max_bytes < 4 || args.max_lines == 0 {
+        return Err(Error::InvalidInput(
+            "--max-bytes must be at least 4 and --max-lines at least 1".into(),
+        ));
     }
     let started = Instant::now();
     let store = args.artifacts.map(|dir| Arc::new(ArtifactStore::new(dir)));

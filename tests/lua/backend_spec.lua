@@ -167,7 +167,7 @@ t.describe('tool_call', function()
     t.wait(function()
       return #got.done == 1
     end)
-    t.eq('Bash command failed: Working directory does not exist: /nope', got.done[1].output)
+    t.eq('Working directory does not exist: /nope', got.done[1].output)
     t.ok(got.done[1].is_error)
     t.eq({ '$ cd sub/dir && badcwd', 'Bash command failed: Working directory does not exist: /nope' }, lines(newest().buf))
   end)

@@ -577,3 +577,17 @@ async fn nvim_tool_call_uses_terminal_only_with_ui_and_setting() {
     assert_eq!(ed.tool_result("term", "output").await.as_str(), Some("tty\n"));
     ed.wait_term("tty").await;
 }
+
+#[tokio::test]
+async fn nvim_tool_call_rejects_nan_timeout() {
+    let ed = Editor::start().await;
+    ed.tool_call("nan", "{command = 'echo ok', timeout = 0/0}").await;
+    let out = ed.tool_result("nan", "output").await;
+    assert!(out.as_str().unwrap().starts_with("Invalid timeout"), "{out:?}");
+    assert_eq!(ed.tool_result("nan", "is_error").await, Value::Boolean(true));
+    ed.tool_call("cwd", "{command = 'echo ok', cwd = '/nonexistent'}").await;
+    assert_eq!(
+        ed.tool_result("cwd", "output").await.as_str(),
+        Some("Working directory does not exist: /nonexistent")
+    );
+}

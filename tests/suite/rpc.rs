@@ -287,3 +287,47 @@ async fn rpc_records_bang_commands_for_context() {
     let r = rpc.response(&id).await;
     assert_eq!(r["data"]["runs"].as_array().unwrap().len(), 5);
 }
+
+#[tokio::test]
+async fn rpc_bang_commands_have_their_own_shell() {
+    let mut rpc = Rpc::start().await;
+    rpc.bash("export AB_BANG_ONLY=1").await;
+    let id = rpc.send(json!({"type": "bash", "command": "sleep 2; echo bang"})).await;
+    let t = Instant::now();
+    let d = rpc.tool(json!({"command": "echo \"[$AB_BANG_ONLY]\""})).await;
+    // The agent is not held up by the user's long command, nor sees its exports.
+    assert_eq!(d["output"], "[]\n");
+    assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
+    assert_eq!(rpc.response(&id).await["data"]["output"], "bang\n");
+}
+
+#[tokio::test]
+async fn rpc_quiet_output_still_reaches_the_view() {
+    let mut rpc = Rpc::start().await;
+    let id = rpc
+        .send(
+            json!({"type": "tool_call", "command": "echo a; sleep 0.01; echo b; sleep 1; echo c"}),
+        )
+        .await;
+    // An update showing `b` arrives while the command sleeps, not only when `c` comes.
+    let v = rpc
+        .wait_for(|v| {
+            v["type"] == "tool_execution_update"
+                && v["partialResult"]["output"].as_str().is_some_and(|o| o.contains('b'))
+        })
+        .await;
+    assert!(!v["partialResult"]["output"].as_str().unwrap().contains('c'), "{v}");
+    let r = rpc.response(&id).await;
+    assert_eq!(r["data"]["output"], "a\nb\nc\n");
+}
+
+#[tokio::test]
+async fn rpc_head_close_reports_heads_status() {
+    let mut rpc = Rpc::start().await;
+    // The producer exits 1 on EPIPE instead of dying of SIGPIPE; `| head` would still say 0.
+    let d = rpc
+        .tool(json!({"command": "(trap '' PIPE; while echo 1; do :; done; exit 1) | head -n 3"}))
+        .await;
+    assert_eq!(d["output"], "1\n1\n1\n");
+    assert_eq!(d["exitCode"], 0);
+}
