@@ -101,6 +101,9 @@ pub struct Runtime {
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
     /// An interactive UI shows our output (SPEC §6: a tool call may then get a PTY).
     ui_attached: AtomicBool,
+    /// The prefix puts shells where our FIFOs are not: every command runs in a process of its
+    /// own ([`shell::run_oneshot`]).
+    isolated: AtomicBool,
     _runtime_dir: tempfile::TempDir,
 }
 
@@ -141,6 +144,7 @@ impl Runtime {
             ))),
             sessions: Mutex::new(HashMap::new()),
             ui_attached: AtomicBool::new(false),
+            isolated: AtomicBool::new(false),
             _runtime_dir: runtime_dir,
             settings,
         })
@@ -249,10 +253,16 @@ impl Runtime {
         };
         let waited = wait_started.elapsed();
         let mut shell_restarted = false;
-        if slot.shell.is_none() {
+        if slot.shell.is_none() && !self.isolated.load(Ordering::Relaxed) {
             shell_restarted = slot.lost;
             match self.spawn_shell().await {
                 Ok(sh) => slot.shell = Some(sh),
+                Err(e) if shell::is_isolated(&e) => {
+                    tracing::info!(
+                        "prefix isolates the shell: one process per command from now on"
+                    );
+                    self.isolated.store(true, Ordering::Relaxed);
+                }
                 Err(e) => {
                     slot.lost = true;
                     let mut r = self.shape_unrun(&norm, Outcome::MissingExitStatus, started);
@@ -290,10 +300,20 @@ impl Runtime {
             dirty: false,
         };
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
-        let Some(shell) = slot.shell.as_mut() else {
-            return Err(Error::InvalidInput("shell session vanished".into()));
+        let end = match slot.shell.as_mut() {
+            Some(shell) => shell.run(&norm.command, &cwd, &mut feed, deadline, &cancel).await,
+            None => {
+                shell::run_oneshot(
+                    &self.shell_cfg,
+                    &norm.command,
+                    &cwd,
+                    &mut feed,
+                    deadline,
+                    &cancel,
+                )
+                .await
+            }
         };
-        let end = shell.run(&norm.command, &cwd, &mut feed, deadline, &cancel).await;
         let sink = feed.finish();
         let outcome = match end {
             Ok(end) => {

@@ -52,6 +52,115 @@ const PIPE_SIZE: libc::c_int = 1 << 20;
 /// A shell that does not say it is ready within this time is considered broken.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The spawn error of a shell that cannot see the backend's runtime directory (a prefix such
+/// as `docker exec -i box` runs it in another filesystem): see [`run_oneshot`].
+pub const ISOLATED: &str = "the shell cannot see the backend's files (isolating prefix)";
+
+/// Whether a spawn error is [`ISOLATED`].
+pub fn is_isolated(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::Other && e.to_string() == ISOLATED
+}
+
+/// Runs one command in a process of its own: `<prefix> <shell> -c 'cd CWD && eval CMD'`, with
+/// stdout and stderr on one pipe. This is the fallback for prefixes that put the shell where
+/// our FIFOs and rc snapshot do not exist; shell state does not persist between such commands.
+/// The same ending rules apply: background output idle for [`BACKGROUND_IDLE`] (at most
+/// [`BACKGROUND_CAP`]) after the command exits, and a timeout or cancel kills the tree.
+pub async fn run_oneshot(
+    cfg: &ShellConfig,
+    command: &str,
+    cwd: &Path,
+    out: &mut dyn OutputSink,
+    deadline: Option<Instant>,
+    cancel: &CancellationToken,
+) -> io::Result<RunEnd> {
+    let kind = ShellKind::of(&cfg.shell);
+    let mark_nonce = nonce();
+    let mark = format!("{}={}", procs::SHELL_VAR, mark_nonce);
+    let script = format!(
+        "builtin cd -- {} && builtin eval {}",
+        quote(&cwd.to_string_lossy()),
+        quote(command)
+    );
+    let mut argv: Vec<OsString> = cfg.prefix.iter().map(OsString::from).collect();
+    argv.push(cfg.shell.clone().into_os_string());
+    argv.extend(kind.args().iter().map(OsString::from));
+    argv.push("-c".into());
+    argv.push(script.into());
+    let (tx, rx) = tokio::net::unix::pipe::pipe()?;
+    let writer = tx.into_blocking_fd()?;
+    let writer2 = writer.try_clone()?;
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+        .env(procs::OWNER_VAR, &cfg.owner)
+        .env(procs::SHELL_VAR, &mark_nonce)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer2))
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))?;
+    // Our copies of the write end went into the child; only its tree holds the pipe now.
+    drop(cmd);
+    let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+    let mut buf = vec![0u8; READ_CHUNK];
+    // Owned, so that dropping it (the head-only rule) closes the pipe and the producer gets
+    // SIGPIPE.
+    let mut reader = Some(rx);
+    let mut eof = false;
+    let mut closed_early = false;
+    let mut exited: Option<(Option<i32>, Instant)> = None;
+    let mut last_data = Instant::now();
+    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    let ending = loop {
+        if let Some((code, at)) = exited {
+            let now = Instant::now();
+            if eof
+                || reader.is_none()
+                || now >= at + BACKGROUND_CAP
+                || now >= last_data + BACKGROUND_IDLE
+            {
+                break Ending::Done(code.unwrap_or(1));
+            }
+        }
+        let bg_wake =
+            exited.map_or(far, |(_, at)| (at + BACKGROUND_CAP).min(last_data + BACKGROUND_IDLE));
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled(), if exited.is_none() => break Ending::Cancelled,
+            _ = tokio::time::sleep_until(deadline.unwrap_or(far).into()), if exited.is_none() && deadline.is_some() => break Ending::TimedOut,
+            n = async { match reader.as_mut() { Some(r) => r.read(&mut buf).await, None => std::future::pending().await } }, if !eof => {
+                match n {
+                    Ok(0) | Err(_) => eof = true,
+                    Ok(n) => {
+                        last_data = Instant::now();
+                        if !out.data(&buf[..n]) {
+                            closed_early = true;
+                            reader = None;
+                        }
+                    }
+                }
+            }
+            st = child.wait(), if exited.is_none() => {
+                procs::disown_child(pid);
+                exited = Some((st.ok().and_then(exit_code), Instant::now()));
+            }
+            _ = tokio::time::sleep_until(bg_wake.into()), if exited.is_some() => {}
+            _ = tokio::time::sleep(IDLE_TICK), if exited.is_none() => out.idle(),
+        }
+    };
+    // Whatever is left (background jobs, or the whole tree on timeout and cancel) goes.
+    procs::kill_tree(Some(pid), Some(mark), procs::KILL_GRACE).await;
+    if exited.is_none() {
+        let _ = child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+        procs::disown_child(pid);
+    }
+    Ok(RunEnd { ending, closed_early })
+}
+
 /// Which dialect the protocol lines are written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShellKind {
@@ -235,12 +344,19 @@ impl Shell {
             ShellKind::Zsh => init.push_str("setopt aliases\n"),
             ShellKind::Posix => {}
         }
-        // The reply names the status fd, so command lines can use the number itself.
-        init.push_str(&format!("builtin printf 'R %s\\n' {0} >&{0}\n", kind.status_fd()));
+        // The reply names the status fd, so command lines can use the number itself. A prefix
+        // that moves the shell into another filesystem (`docker exec -i box`) cannot see our
+        // FIFOs: the reply says so, and the runtime runs such commands one process each.
+        init.push_str(&format!(
+            "[ -d {dir} ] || {{ builtin printf 'R isolated\\n' >&{0}; exit 0; }}\nbuiltin printf 'R %s\\n' {0} >&{0}\n",
+            kind.status_fd(),
+            dir = quote(&cfg.runtime_dir.to_string_lossy()),
+        ));
         let ready = async {
             shell.stdin.write_all(init.as_bytes()).await?;
             shell.stdin.flush().await?;
             match shell.status.next_line().await? {
+                Some(line) if line == "R isolated" => Err(io::Error::other(ISOLATED)),
                 Some(line) if line.starts_with("R ") => {
                     match line[2..].trim().parse::<u32>() {
                         Ok(fd) => shell.status_fd = fd,

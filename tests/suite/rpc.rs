@@ -331,3 +331,31 @@ async fn rpc_head_close_reports_heads_status() {
     assert_eq!(d["output"], "1\n1\n1\n");
     assert_eq!(d["exitCode"], 0);
 }
+
+#[tokio::test]
+async fn rpc_isolating_prefix_still_runs_commands() {
+    // A prefix that gives the shell its own /tmp, as a container would: it cannot see the
+    // backend's FIFOs, so each command runs in a process of its own.
+    if !std::process::Command::new("unshare")
+        .args(["-m", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("skipped: unshare -m is not permitted here");
+        return;
+    }
+    let prefix = concat!(
+        r#"prefix = "unshare -m sh -c 'mount -t tmpfs none /tmp && exec \"$0\" \"$@\"'""#,
+        "\n"
+    );
+    let mut rpc = Rpc::start_with(Some(prefix)).await;
+    let d = rpc.tool(json!({"command": "echo inside; ls /tmp | wc -l; exit 3", "cwd": "/"})).await;
+    assert_eq!(d["output"], "inside\n0\n\nCommand exited with code 3");
+    assert_eq!(d["exitCode"], 3);
+    let t = Instant::now();
+    let d = rpc.tool(json!({"command": "yes | head -n 2", "cwd": "/"})).await;
+    assert_eq!(d["output"], "y\ny\n");
+    assert!(t.elapsed() < Duration::from_secs(2));
+    let d = rpc.tool(json!({"command": "sleep 10", "cwd": "/", "timeout": 1})).await;
+    assert_eq!(d["timedOut"], true);
+}
