@@ -498,7 +498,8 @@ function H.footer(ctx)
   local s = ctx.state
   local parts = {}
   if s.timeout then
-    parts[#parts + 1] = ('[Timeout: %ss]'):format(H.number(s.timeout))
+    -- the backend clamps timeouts to [1, 3600] s (SPEC §3): show the one that applies
+    parts[#parts + 1] = ('[Timeout: %ss]'):format(H.number(math.min(3600, math.max(1, s.timeout))))
   end
   if s.status == 'running' and ctx.kill_key and not s.cancel_requested then
     parts[#parts + 1] = ctx.kill_key .. ' cancel'

@@ -288,6 +288,10 @@ async fn nvim_tool_call_timeout_truncation_and_toggle() {
 #[tokio::test]
 async fn nvim_artifact_buffers_and_errors() {
     let ed = Editor::start().await;
+    // Before anything spilled, the session has no artifacts directory yet.
+    let _ = ed.nvim.command("edit artifact://1").await;
+    let msgs = ed.messages().await;
+    assert!(msgs.contains("No artifacts directory found"), "{msgs}");
     ed.tool_call("big", "{command = 'seq 1 30000'}").await;
     ed.tool_result("big", "artifact_id").await;
     ed.cmd("edit artifact://0").await;

@@ -359,3 +359,19 @@ async fn rpc_isolating_prefix_still_runs_commands() {
     let d = rpc.tool(json!({"command": "sleep 10", "cwd": "/", "timeout": 1})).await;
     assert_eq!(d["timedOut"], true);
 }
+
+#[tokio::test]
+async fn rpc_abort_stops_a_chain_before_its_marker() {
+    let mut rpc = Rpc::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("marker");
+    let id = rpc.send(json!({"type": "bash", "command": format!("export AB_CHAIN_T=1; sleep 2 && echo > {}", m.display())})).await;
+    assert!(
+        eventually(Duration::from_secs(5), || !procs_with_env("AB_CHAIN_T=1").is_empty()).await
+    );
+    let aid = rpc.send(json!({"type": "abort_bash"})).await;
+    rpc.response(&aid).await;
+    assert_eq!(rpc.response(&id).await["data"]["cancelled"], true);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!m.exists());
+}
