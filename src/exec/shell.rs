@@ -74,7 +74,6 @@ pub async fn run_oneshot(
     deadline: Option<Instant>,
     cancel: &CancellationToken,
 ) -> io::Result<RunEnd> {
-    let kind = ShellKind::of(&cfg.shell);
     let mark_nonce = nonce();
     let mark = format!("{}={}", procs::SHELL_VAR, mark_nonce);
     let script = format!(
@@ -82,25 +81,11 @@ pub async fn run_oneshot(
         quote(&cwd.to_string_lossy()),
         quote(command)
     );
-    let mut argv: Vec<OsString> = cfg.prefix.iter().map(OsString::from).collect();
-    argv.push(cfg.shell.clone().into_os_string());
-    argv.extend(kind.args().iter().map(OsString::from));
-    argv.push("-c".into());
-    argv.push(script.into());
     let (tx, rx) = tokio::net::unix::pipe::pipe()?;
     let writer = tx.into_blocking_fd()?;
     let writer2 = writer.try_clone()?;
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .env_clear()
-        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
-        .env(procs::OWNER_VAR, &cfg.owner)
-        .env(procs::SHELL_VAR, &mark_nonce)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(writer2))
-        .process_group(0)
-        .kill_on_drop(true);
+    let mut cmd = shell_command(cfg, &["-c".into(), script.into()], &mark_nonce);
+    cmd.stdin(Stdio::null()).stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
     let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))?;
     // Our copies of the write end went into the child; only its tree holds the pipe now.
     drop(cmd);
@@ -159,6 +144,25 @@ pub async fn run_oneshot(
         procs::disown_child(pid);
     }
     Ok(RunEnd { ending, closed_early })
+}
+
+/// `<prefix…> <shell> <no-rc args> <extra…>` as a command with the shell environment and the
+/// markers (`shell_nonce` for [`procs::SHELL_VAR`]), in a process group of its own.
+fn shell_command(cfg: &ShellConfig, extra: &[OsString], shell_nonce: &str) -> Command {
+    let kind = ShellKind::of(&cfg.shell);
+    let mut argv: Vec<OsString> = cfg.prefix.iter().map(OsString::from).collect();
+    argv.push(cfg.shell.clone().into_os_string());
+    argv.extend(kind.args().iter().map(OsString::from));
+    argv.extend(extra.iter().cloned());
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+        .env(procs::OWNER_VAR, &cfg.owner)
+        .env(procs::SHELL_VAR, shell_nonce)
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd
 }
 
 /// Which dialect the protocol lines are written in.
@@ -298,20 +302,8 @@ impl Shell {
     pub async fn spawn(cfg: &ShellConfig) -> io::Result<Shell> {
         let kind = ShellKind::of(&cfg.shell);
         let shell_nonce = nonce();
-        let mut argv: Vec<OsString> = cfg.prefix.iter().map(OsString::from).collect();
-        argv.push(cfg.shell.clone().into_os_string());
-        argv.extend(kind.args().iter().map(OsString::from));
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .env_clear()
-            .envs(cfg.env.iter().map(|(k, v)| (k, v)))
-            .env(procs::OWNER_VAR, &cfg.owner)
-            .env(procs::SHELL_VAR, &shell_nonce)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
+        let mut cmd = shell_command(cfg, &[], &shell_nonce);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
         let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))?;
         let pid = child.id().map(|p| p as i32).unwrap_or(-1);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -367,7 +359,12 @@ impl Shell {
                 Some(line) => Err(io::Error::other(format!("unexpected shell reply: {line}"))),
                 None => Err(io::Error::other(format!(
                     "{} exited during start-up",
-                    argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
+                    cfg.prefix
+                        .iter()
+                        .map(String::as_str)
+                        .chain(std::iter::once(cfg.shell.to_string_lossy().as_ref()))
+                        .collect::<Vec<_>>()
+                        .join(" ")
                 ))),
             }
         };
