@@ -179,7 +179,11 @@ impl Interceptor {
     /// simple command; the first hit blocks.
     pub fn check(&self, normalized_command: &str, tools: Option<&[String]>) -> Option<Block> {
         let tools = tools.filter(|_| self.enabled)?;
-        let commands = shellwords::simple_commands(normalized_command);
+        // Rules see each simple command as it really runs: `sudo cat f` is a `cat`.
+        let commands: Vec<_> = shellwords::simple_commands(normalized_command)
+            .iter()
+            .map(shellwords::SimpleCommand::without_wrappers)
+            .collect();
         // Tool names as callers type them (`--tools ' read , grep'`).
         let offered = |tool: &str| tools.iter().any(|t| t.trim() == tool);
         let rule = self.rules.iter().filter(|rule| offered(&rule.tool)).find(|rule| {
@@ -375,6 +379,15 @@ mod tests {
             ("cd x && grep -r foo .", Some(1)),
             ("cd x; cat f", Some(0)),
             ("ls || find . -name x", Some(2)),
+            // What runs the command is looked through.
+            ("sudo cat /etc/hosts", Some(0)),
+            ("FOO=1 grep -r x .", Some(1)),
+            ("nohup cat f", Some(0)),
+            ("timeout 5 grep -r x .", Some(1)),
+            ("env FOO=1 cat f", Some(0)),
+            ("nice -n 5 sed -i s/a/b/ f", Some(3)),
+            ("sudo -u bob ls", None),
+            ("FOO=cat ls", None),
             // A grep filtering a pipe is not a search over files: the grep tool cannot do it.
             ("make | grep error", None),
             ("ps aux | grep -v grep | grep foo", None),

@@ -121,6 +121,52 @@ impl<'a> SimpleCommand<'a> {
         argv
     }
 
+    /// The command with what runs it stripped from the front: variable assignments
+    /// (`FOO=1 grep …`) and wrappers that run their arguments as the command (`sudo`, `nohup`,
+    /// `env`, `time`, `nice -n 5`, `timeout 10`, …), so that rules see the real command name.
+    pub fn without_wrappers(&self) -> SimpleCommand<'a> {
+        const WRAPPERS: &[&str] = &[
+            "sudo", "doas", "nohup", "env", "command", "builtin", "time", "exec", "nice",
+            "timeout", "stdbuf", "ionice", "chrt", "taskset",
+        ];
+        // Options of those wrappers that take the next word as their value.
+        const WITH_VALUE: &[&str] = &["-u", "-g", "-n", "-c", "-p", "-s", "-k", "-o", "-e", "-i"];
+        let words: Vec<(usize, &Token)> =
+            self.tokens.iter().enumerate().filter(|(_, t)| t.kind == TokenKind::Word).collect();
+        let mut k = 0;
+        let mut wrapper: Option<&str> = None;
+        while let Some((_, tok)) = words.get(k) {
+            let w = tok.text(self.src);
+            let is_assignment = w.split_once('=').is_some_and(|(name, _)| {
+                !name.is_empty()
+                    && !name.starts_with(|c: char| c.is_ascii_digit())
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            });
+            if is_assignment {
+                k += 1;
+            } else if WRAPPERS.contains(&w) {
+                wrapper = Some(w);
+                k += 1;
+            } else if wrapper.is_some() && w.starts_with('-') {
+                k += if WITH_VALUE.contains(&w) { 2 } else { 1 };
+            } else if wrapper == Some("timeout") && w.starts_with(|c: char| c.is_ascii_digit()) {
+                wrapper = Some("");
+                k += 1;
+            } else {
+                break;
+            }
+        }
+        match words.get(k) {
+            Some(&(index, tok)) if k > 0 => SimpleCommand {
+                src: self.src,
+                span: tok.start..self.span.end,
+                tokens: self.tokens[index..].to_vec(),
+                piped: self.piped,
+            },
+            _ => self.clone(),
+        }
+    }
+
     /// Each redirection as `(operator, target)`; the target is `""` when it is missing.
     pub fn redirects(&self) -> Vec<(&'a str, &'a str)> {
         let mut out = Vec::new();
