@@ -172,6 +172,9 @@ pub trait PtyOutput: Send {
     /// Called after each chunk of output. `screen` renders the current screen as plain text
     /// (costly: call it only when a live update is due).
     fn tick(&mut self, screen: &dyn Fn() -> String);
+    /// Called when the terminal has been quiet for a moment: a chance to send the live update
+    /// the throttle held back.
+    fn idle(&mut self, _screen: &dyn Fn() -> String) {}
 }
 
 /// Whether a command runs in a PTY (SPEC §6). An explicit request always does. A tool call does
@@ -402,6 +405,9 @@ pub async fn run(
                 }
                 None => eof = true,
             },
+            _ = tokio::time::sleep(crate::exec::shell::IDLE_TICK), if running => {
+                out.idle(&|| lock(&screen).live_text());
+            }
             st = &mut exit_rx, if exit.is_none() => {
                 exit = Some(st.ok().flatten());
                 exited_at = Some(Instant::now());

@@ -91,6 +91,7 @@ impl Runtime {
             scratch: String::new(),
             spans: Vec::new(),
             display: Display::new(),
+            dirty: false,
             throttle: Throttle::new(LIVE_UPDATE_INTERVAL),
             on_update,
         };
@@ -152,6 +153,8 @@ struct ScreenSink {
     spans: Vec<crate::sanitize::Span>,
     /// Styled lines for the card view of a finished PTY run (the screen text keeps SGR codes).
     display: Display,
+    /// Output arrived since the last live update.
+    dirty: bool,
     throttle: Throttle,
     on_update: Option<UpdateFn>,
 }
@@ -168,9 +171,16 @@ impl PtyOutput for ScreenSink {
         self.sink.push(&self.scratch);
     }
 
+    fn idle(&mut self, screen: &dyn Fn() -> String) {
+        if self.dirty {
+            self.tick(screen);
+        }
+    }
+
     fn tick(&mut self, screen: &dyn Fn() -> String) {
         let Some(f) = &self.on_update else { return };
-        if self.throttle.ready(Instant::now()) {
+        self.dirty = !self.throttle.ready(Instant::now());
+        if !self.dirty {
             // The tail so far, then what is on the screen now (not yet part of the text).
             let mut pending = self.sanitizer.pending().to_string();
             let shown = screen();
