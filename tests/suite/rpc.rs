@@ -291,6 +291,8 @@ async fn rpc_records_bang_commands_for_context() {
 #[tokio::test]
 async fn rpc_bang_commands_have_their_own_shell() {
     let mut rpc = Rpc::start().await;
+    // Both shells up first (the rc snapshot is captured once), so only the waiting is timed.
+    rpc.tool(json!({"command": "true"})).await;
     rpc.bash("export AB_BANG_ONLY=1").await;
     let id = rpc.send(json!({"type": "bash", "command": "sleep 2; echo bang"})).await;
     let t = Instant::now();
