@@ -411,6 +411,8 @@ impl Runtime {
                 if let Some(mut sh) = guard.shell.take() {
                     sh.kill().await;
                 }
+                // Its state is gone: the next command of this key says so.
+                guard.lost = true;
             }
         }
     }

@@ -377,3 +377,17 @@ async fn rpc_abort_stops_a_chain_before_its_marker() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!m.exists());
 }
+
+#[tokio::test]
+async fn rpc_least_recently_used_session_is_evicted() {
+    let mut rpc = Rpc::start_with(Some("[limits]\nmax_sessions = 2\n")).await;
+    for key in ["a", "b", "c"] {
+        rpc.tool(json!({"command": format!("export AB_KEY={key}"), "session_key": key})).await;
+    }
+    // Three sessions for a limit of two: `a`, the least recently used, was closed.
+    let d = rpc.tool(json!({"command": "echo \"[$AB_KEY]\"", "session_key": "c"})).await;
+    assert_eq!(d["output"], "[c]\n");
+    let d = rpc.tool(json!({"command": "echo \"[$AB_KEY]\"", "session_key": "a"})).await;
+    assert_eq!(d["output"], "[]\n");
+    assert_eq!(d["shellRestarted"], true);
+}
