@@ -91,3 +91,43 @@ fn exec_sigint_cancels_with_130() {
     assert_eq!(o.status.code(), Some(130));
     assert!(text(&o).starts_with("[Command cancelled]\n\nstarted"), "{}", text(&o));
 }
+
+#[test]
+fn exec_rc_snapshot_filtered_and_refreshed() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let rc = home.join(".bashrc");
+    std::fs::write(
+        &rc,
+        "shopt -s extglob\nset -o errexit\nalias hi='echo aliased'\ngreet() { echo \"hello $1\"; }\n\
+         alias grep='echo hijacked'\n_private() { :; }\n",
+    )
+    .unwrap();
+    let run = |cmd: &str| {
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(
+            &cfg,
+            format!("state_dir = {:?}\nshell = \"/bin/bash\"\n", dir.path().to_str().unwrap()),
+        )
+        .unwrap();
+        let o = Command::new(BIN)
+            .args(["exec", "--config"])
+            .arg(&cfg)
+            .args(["--", cmd])
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        text(&o)
+    };
+    // Aliases and functions from the rc work; options persist; errexit was dropped (the second
+    // command still runs); tool names and `_` names are not taken over.
+    let out = run("hi; greet you; shopt -q extglob && echo ext; false; echo after; echo x | grep x; type _private >/dev/null 2>&1 || echo no-private");
+    assert_eq!(out, "aliased\nhello you\next\nafter\nx\nno-private\n");
+    // A changed rc is captured again (the on-disk cache is keyed by the rc's mtime).
+    std::fs::write(&rc, "alias hi='echo changed'\n").unwrap();
+    // A distinct mtime even on coarse-grained filesystems.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(10);
+    std::fs::File::options().write(true).open(&rc).unwrap().set_modified(later).unwrap();
+    assert_eq!(run("hi"), "changed\n");
+}
