@@ -131,3 +131,29 @@ fn exec_rc_snapshot_filtered_and_refreshed() {
     std::fs::File::options().write(true).open(&rc).unwrap().set_modified(later).unwrap();
     assert_eq!(run("hi"), "changed\n");
 }
+
+#[test]
+fn exec_hung_rc_never_fails_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join(".bashrc"), "export AB_HUNG_RC=1\nsleep 60\n").unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!("state_dir = {:?}\nshell = \"/bin/bash\"\n", dir.path().to_str().unwrap()),
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let o = Command::new(BIN)
+        .args(["exec", "--config"])
+        .arg(&cfg)
+        .args(["--", "echo ok"])
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert_eq!(text(&o), "ok\n");
+    // The capture gave up at its 10 s limit, and the hung rc's processes are gone.
+    assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    assert!(super::support::procs_with_env("AB_HUNG_RC=1").is_empty());
+}
