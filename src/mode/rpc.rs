@@ -54,7 +54,7 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
     tokio::spawn(rt.clone().evict_loop());
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
+        let mut stdout = stdio_writer();
         while let Some(mut line) = rx.recv().await {
             line.push('\n');
             if stdout.write_all(line.as_bytes()).await.is_err() {
@@ -71,7 +71,7 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
         next: std::sync::atomic::AtomicU64::new(0),
     });
     let mut tasks = tokio::task::JoinSet::new();
-    let mut lines = BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+    let mut lines = BufReader::with_capacity(64 * 1024, stdio_reader());
     let mut buf = Vec::new();
     let signal = super::wait_for_signal();
     tokio::pin!(signal);
@@ -112,6 +112,31 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
     drop(state);
     let _ = writer.await;
     Ok(0)
+}
+
+/// Our stdin. When it is a pipe (the usual case for an agent talking to us), read it through
+/// the event loop directly: tokio's `stdin()` goes through a blocking thread, a thread hop on
+/// every request.
+fn stdio_reader() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
+    match dup_fd(0).map(tokio::net::unix::pipe::Receiver::from_owned_fd) {
+        Some(Ok(rx)) => Box::new(rx),
+        _ => Box::new(tokio::io::stdin()),
+    }
+}
+
+/// Our stdout, for the same reason as [`stdio_reader`].
+fn stdio_writer() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
+    match dup_fd(1).map(tokio::net::unix::pipe::Sender::from_owned_fd) {
+        Some(Ok(tx)) => Box::new(tx),
+        _ => Box::new(tokio::io::stdout()),
+    }
+}
+
+fn dup_fd(fd: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: dup of a standard descriptor; the new fd is owned by the returned value.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    (new >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(new) })
 }
 
 /// Reads one line (without its newline) into `buf`; false at EOF with nothing read.
