@@ -193,6 +193,7 @@ impl Backend {
             Err(e) => return send(&nvim, error_event(id, &e)).await,
         };
         req.display = true;
+        let limited = req.head.is_some() || req.tail.is_some();
         if let Some(ui) = params.get("ui").and_then(|v| v.as_bool()) {
             self.rt.set_ui_attached(ui);
         }
@@ -299,12 +300,16 @@ impl Backend {
                         exclude,
                     );
                 }
-                let lines = last
-                    .lock()
-                    .ok()
-                    .and_then(|mut l| l.take())
-                    .map(|u| u.lines)
-                    .unwrap_or_default();
+                // With head/tail limits the model sees a selection of the stream, not its end:
+                // the card shows that selection (without colours) rather than the stream's tail.
+                let selected = |n: &serde_json::Value| !n["head"].is_null() || !n["tail"].is_null();
+                let lines = if limited || result.normalized.as_ref().is_some_and(selected) {
+                    let mut d = crate::display::Display::new();
+                    d.push(&result.text, &[]);
+                    d.last(crate::display::MAX_LINES, "")
+                } else {
+                    last.lock().ok().and_then(|mut l| l.take()).map(|u| u.lines).unwrap_or_default()
+                };
                 let mut ev = vec![
                     ("type", Value::from("done")),
                     ("id", Value::from(id)),

@@ -595,3 +595,16 @@ async fn nvim_tool_call_rejects_nan_timeout() {
         Some("Working directory does not exist: /nonexistent")
     );
 }
+
+#[tokio::test]
+async fn nvim_card_shows_what_the_model_sees_with_head() {
+    let ed = Editor::start().await;
+    ed.tool_call("h", "{command = 'seq 1 100 | head -n 3'}").await;
+    assert_eq!(ed.tool_result("h", "output").await.as_str(), Some("1\n2\n3\n"));
+    let card = ed.card_done().await;
+    assert_eq!(
+        card.lines.iter().filter(|l| l.chars().all(|c| c.is_ascii_digit())).collect::<Vec<_>>(),
+        ["1", "2", "3"],
+        "{card:?}"
+    );
+}
