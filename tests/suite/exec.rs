@@ -157,3 +157,36 @@ fn exec_hung_rc_never_fails_the_command() {
     assert!(t.elapsed() < std::time::Duration::from_secs(20));
     assert!(super::support::procs_with_env("AB_HUNG_RC=1").is_empty());
 }
+
+#[test]
+fn exec_interception_blocks_with_the_exact_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!("state_dir = {:?}\n[interceptor]\nenabled = true\n", dir.path().to_str().unwrap()),
+    )
+    .unwrap();
+    let o = Command::new(BIN)
+        .args(["exec", "--config"])
+        .arg(&cfg)
+        .args(["--tools", "read,grep", "--", "cd /tmp && grep -r foo . | head -n 5"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        text(&o),
+        "Blocked: Use the `grep` tool instead of grep/rg. It respects .gitignore and provides structured output.\n\nOriginal command: cd /tmp && grep -r foo .\n"
+    );
+    let o = Command::new(BIN)
+        .args(["exec", "--json", "--config"])
+        .arg(&cfg)
+        .args(["--tools", "read", "--", "cat /etc/hostname"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["blocked"],
+        serde_json::json!({"blocked": true, "rule": 0, "suggested_tool": "read", "message": v["output"]})
+    );
+}
