@@ -422,7 +422,7 @@ const QUEUE: usize = 2;
 /// The file is written while the caller goes on reading and sanitizing: writing to the page
 /// cache costs about as much as everything else in the output path together. The thread owns
 /// the file; it ends, finishing the artifact, when the writer is finished or dropped. Memory:
-/// at most four buffers of [`HAND_OFF`] bytes (or of one `write`, if larger) plus the
+/// at most four buffers of `HAND_OFF` bytes (or of one `write`, if larger) plus the
 /// `CappedWriter`'s tail ring.
 ///
 /// # Caveats

@@ -248,7 +248,7 @@ impl Runtime {
         let mut slot = tokio::select! {
             s = slot.lock_owned() => s,
             _ = cancel.cancelled() => {
-                return Ok(self.shape_unrun(&norm, Outcome::Cancelled, started));
+                return Ok(self.shape_unrun(Outcome::Cancelled, started));
             }
         };
         let waited = wait_started.elapsed();
@@ -265,7 +265,7 @@ impl Runtime {
                 }
                 Err(e) => {
                     slot.lost = true;
-                    let mut r = self.shape_unrun(&norm, Outcome::MissingExitStatus, started);
+                    let mut r = self.shape_unrun(Outcome::MissingExitStatus, started);
                     let shell = self.shell_cfg.shell.display();
                     r.output = format!(
                         "Bash command failed: cannot start {shell}: {e}\n\nCommand failed: missing exit status"
@@ -362,8 +362,7 @@ impl Runtime {
         Ok(r)
     }
 
-    fn shape_unrun(&self, norm: &Normalized, outcome: Outcome, started: Instant) -> BashResult {
-        let _ = norm;
+    fn shape_unrun(&self, outcome: Outcome, started: Instant) -> BashResult {
         result::shape(
             Default::default(),
             &outcome,

@@ -29,7 +29,7 @@
 //!   parallel with the sink on the async side), hands the raw bytes to the subscriber
 //!   ([`PtyHooks::on_output`]) and sends the text of rows that left the screen over a bounded
 //!   channel: a slow consumer slows the program, memory stays bounded. Under a flood the text
-//!   goes in batches (one wake-up of the async side per [`TEXT_BATCH`] or [`BATCH_DELAY`]); as
+//!   goes in batches (one wake-up of the async side per `TEXT_BATCH` or `BATCH_DELAY`); as
 //!   soon as no more output is waiting (`poll`), whatever it has is sent. EOF (EIO on Linux,
 //!   once no process holds the slave) ends it;
 //! - the **writer** thread owns the master's writer and writes normalized input. Dropping the

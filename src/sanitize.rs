@@ -15,7 +15,7 @@
 //! contains an ASCII byte.
 //!
 //! Speed: plain ASCII (most output) is scanned a block at a time and passed on without a copy;
-//! everything else goes through a table-driven byte loop (see [`BYTE_OUT`]), so that random
+//! everything else goes through a table-driven byte loop (see `BYTE_OUT`), so that random
 //! bytes, where every branch is a coin toss, still run at hundreds of MB/s.
 //!
 //! Decisions the SPEC leaves open:
@@ -379,7 +379,7 @@ impl Sanitizer {
     /// where it stopped.
     ///
     /// Random bytes are the worst case (every branch is a coin toss), so most bytes take one
-    /// table look-up and no branch: see [`BYTE_OUT`].
+    /// table look-up and no branch: see `BYTE_OUT`.
     fn mixed(&mut self, b: &[u8], mut i: usize, out: &mut Out<'_>) -> usize {
         let mut buf = std::mem::take(&mut self.scratch);
         buf.resize(SCRATCH_FLUSH + 8, 0);
@@ -452,7 +452,7 @@ impl Sanitizer {
     }
 
     /// [`plain`](Self::plain) over text [`mixed`](Self::mixed) gathered: only whole UTF-8
-    /// sequences (plain ASCII and U+FFFD from [`BYTE_OUT`] or [`REPLACEMENT`], and characters
+    /// sequences (plain ASCII and U+FFFD from `BYTE_OUT` or [`REPLACEMENT`], and characters
     /// [`decode_char`] found well-formed, copied from the input).
     fn plain_scratch(&mut self, text: &[u8], out: &mut Out<'_>) {
         if !text.is_empty() {
@@ -644,7 +644,7 @@ fn plain_ascii_run(b: &[u8]) -> usize {
 /// U+FFFD REPLACEMENT CHARACTER, what an invalid UTF-8 sequence becomes.
 const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
 
-/// [`BYTE_OUT`] entry of a byte that needs a closer look: `\r`, ESC, or a UTF-8 lead byte
+/// `BYTE_OUT` entry of a byte that needs a closer look: `\r`, ESC, or a UTF-8 lead byte
 /// followed by a continuation byte.
 const SPECIAL: u32 = u32::MAX;
 

@@ -9,7 +9,7 @@
 //!
 //! The backend is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so orphans of its shells are
 //! re-parented to it instead of init; [`reap_adopted`] collects their exit statuses. tokio reaps
-//! its own children, so we only ever `waitpid` pids that tokio does not own ([`own_child`]).
+//! its own children, so we only ever `waitpid` pids that tokio does not own ([`spawn_owned`]).
 //!
 //! A backend killed with SIGKILL cannot clean up after itself: a watchdog process
 //! ([`run_watchdog`]) holds the read end of a pipe whose write end only the backend has; when it
@@ -257,14 +257,8 @@ fn owned() -> &'static Mutex<HashSet<i32>> {
     OWNED.get_or_init(|| Mutex::new(HashSet::new()))
 }
 
-/// Records that `pid` is a child tokio (or std) owns and will reap itself.
-pub fn own_child(pid: i32) {
-    if let Ok(mut set) = owned().lock() {
-        set.insert(pid);
-    }
-}
-
-/// Spawns a child and records it as owned ([`own_child`]) with no gap: [`reap_adopted`] scans
+/// Spawns a child and records it as owned (tokio or std reaps it, [`reap_adopted`] must not)
+/// with no gap: [`reap_adopted`] scans
 /// under the same lock, so it runs either before the child exists or after it is recorded.
 /// `pid_of` tells the new child's pid.
 pub fn spawn_owned<T, E>(
@@ -282,7 +276,7 @@ pub fn spawn_owned<T, E>(
     Ok(child)
 }
 
-/// Forgets a pid recorded with [`own_child`] once its owner has reaped it.
+/// Forgets a pid recorded with [`spawn_owned`] once its owner has reaped it.
 pub fn disown_child(pid: i32) {
     if let Ok(mut set) = owned().lock() {
         set.remove(&pid);

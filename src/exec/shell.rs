@@ -381,10 +381,6 @@ impl Shell {
         }
     }
 
-    pub fn pid(&self) -> i32 {
-        self.pid
-    }
-
     /// Runs one command. `deadline` is the timeout instant (None: no timeout).
     ///
     /// After `TimedOut`, `Cancelled` or `ShellExited` the shell is dead; drop it (or call
