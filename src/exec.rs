@@ -279,26 +279,7 @@ impl Runtime {
 
         // §4 the output path: sanitize → sink, live updates throttled.
         let limits = &self.settings.limits;
-        let sink = Sink::new(
-            SinkConfig {
-                max_bytes: limits.max_bytes,
-                max_lines: limits.max_lines,
-                head: norm.head,
-                tail: norm.tail,
-                artifact_cap: limits.artifact_cap_bytes,
-            },
-            Some(self.store.clone()),
-        );
-        let mut feed = Feed {
-            sink,
-            sanitizer: Sanitizer::new(),
-            text: String::new(),
-            spans: Vec::new(),
-            display: req.display.then(Display::new),
-            throttle: Throttle::new(LIVE_UPDATE_INTERVAL),
-            on_update,
-            dirty: false,
-        };
+        let mut feed = Feed::new(self, &norm, req.display, on_update);
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
         let end = match slot.shell.as_mut() {
             Some(shell) => shell.run(&norm.command, &cwd, &mut feed, deadline, &cancel).await,
@@ -441,10 +422,10 @@ impl Runtime {
     }
 }
 
-/// The output path of a pipe run: raw bytes → sanitizer → sink (and display lines), with live
-/// updates at most every [`LIVE_UPDATE_INTERVAL`] and a trailing one once output pauses, so a
-/// view never shows stale output while the command is quiet.
-struct Feed {
+/// The output path of a run (pipes and PTY alike): raw bytes → sanitizer → sink (and styled
+/// display lines), with live updates at most every [`LIVE_UPDATE_INTERVAL`] and a trailing one
+/// once output pauses, so a view never shows stale output while the command is quiet.
+pub(crate) struct Feed {
     sink: Sink,
     sanitizer: Sanitizer,
     text: String,
@@ -457,19 +438,79 @@ struct Feed {
 }
 
 impl Feed {
-    fn update(&mut self) {
-        if let Some(f) = &self.on_update {
-            if self.throttle.ready(Instant::now()) {
-                f(live(&self.sink, self.display.as_ref(), self.sanitizer.pending(), false));
-                self.dirty = false;
-            } else {
-                self.dirty = true;
+    pub(crate) fn new(
+        rt: &Runtime,
+        norm: &Normalized,
+        display: bool,
+        on_update: Option<UpdateFn>,
+    ) -> Feed {
+        let limits = &rt.settings.limits;
+        let config = SinkConfig {
+            max_bytes: limits.max_bytes,
+            max_lines: limits.max_lines,
+            head: norm.head,
+            tail: norm.tail,
+            artifact_cap: limits.artifact_cap_bytes,
+        };
+        Feed {
+            sink: Sink::new(config, Some(rt.store.clone())),
+            sanitizer: Sanitizer::new(),
+            text: String::new(),
+            spans: Vec::new(),
+            display: display.then(Display::new),
+            throttle: Throttle::new(LIVE_UPDATE_INTERVAL),
+            on_update,
+            dirty: false,
+        }
+    }
+
+    /// Takes raw output bytes.
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        self.text.clear();
+        match &mut self.display {
+            Some(d) => {
+                self.spans.clear();
+                self.sanitizer.push_styled(bytes, &mut self.text, &mut self.spans);
+                d.push(&self.text, &self.spans);
             }
+            None => self.sanitizer.push(bytes, &mut self.text),
+        }
+        // Hands the buffer to the artifact writer instead of copying it (leaves it empty).
+        self.sink.push_owned(&mut self.text);
+    }
+
+    /// A live update if the throttle allows one, else remembers that one is due. `screen` is
+    /// what a terminal shows now and is not yet part of the text (PTY runs).
+    pub(crate) fn update(&mut self, screen: Option<&dyn Fn() -> String>) {
+        let Some(f) = &self.on_update else { return };
+        self.dirty = !self.throttle.ready(Instant::now());
+        if self.dirty {
+            return;
+        }
+        let mut pending = self.sanitizer.pending().to_string();
+        if let Some(shown) = screen.map(|s| s()).filter(|s| !s.is_empty()) {
+            let window = self.sink.window();
+            let at_line_start = match pending.is_empty() {
+                true => window.is_empty() || window.ends_with('\n'),
+                false => pending.ends_with('\n'),
+            };
+            if !at_line_start {
+                pending.push('\n');
+            }
+            pending.push_str(&shown);
+        }
+        f(live(&self.sink, self.display.as_ref(), &pending, false));
+    }
+
+    /// The update the throttle held back, once output has paused.
+    pub(crate) fn idle(&mut self, screen: Option<&dyn Fn() -> String>) {
+        if self.dirty {
+            self.update(screen);
         }
     }
 
     /// Ends the stream: the last text, the final update (every kept display line).
-    fn finish(mut self) -> Sink {
+    pub(crate) fn finish(mut self) -> Sink {
         self.text.clear();
         match &mut self.display {
             Some(d) => {
@@ -489,25 +530,13 @@ impl Feed {
 
 impl shell::OutputSink for Feed {
     fn data(&mut self, bytes: &[u8]) -> bool {
-        self.text.clear();
-        match &mut self.display {
-            Some(d) => {
-                self.spans.clear();
-                self.sanitizer.push_styled(bytes, &mut self.text, &mut self.spans);
-                d.push(&self.text, &self.spans);
-            }
-            None => self.sanitizer.push(bytes, &mut self.text),
-        }
-        // Hands the buffer to the artifact writer instead of copying it (leaves it empty).
-        self.sink.push_owned(&mut self.text);
-        self.update();
+        self.push(bytes);
+        self.update(None);
         !self.sink.should_close()
     }
 
     fn idle(&mut self) {
-        if self.dirty {
-            self.update();
-        }
+        Feed::idle(self, None);
     }
 }
 

@@ -208,20 +208,7 @@ function M.term_chrome(state, opts)
   local keys = opts.keys or options.keys
   local kill_key = opts.kill_key == nil and options.kill_key or opts.kill_key
   local icons = opts.icons or options.icons
-  local suffix = {}
-  local r = state.result
-  if state.status == 'error' then
-    suffix[#suffix + 1] = r and r.exit_code ~= nil and ('exit %d'):format(r.exit_code) or 'missing exit status'
-  elseif state.status == 'cancelled' then
-    suffix[#suffix + 1] = 'cancelled'
-  elseif state.status == 'timed_out' then
-    suffix[#suffix + 1] = 'timed out'
-  elseif state.status == 'failed' then
-    suffix[#suffix + 1] = 'failed'
-  end
-  if r and r.duration_ms then
-    suffix[#suffix + 1] = M.format_duration(r.duration_ms)
-  end
+  local suffix = H.status_words(state, {})
   local icon = ' ' .. (icons[state.status] or '?') .. ' '
   local tail = #suffix > 0 and (' · ' .. table.concat(suffix, ' · ')) or ''
   local room = math.max(8, opts.width - vim.fn.strwidth(icon) - vim.fn.strwidth(tail) - 3)
@@ -471,23 +458,32 @@ H.status_group = {
   failed = 'AgentBashError',
 }
 
+--- Appends the words a title shows for the run's status (`exit N`, `cancelled`, `timed out`,
+--- `failed`) and its duration to {words}.
+---@param state agent_bash.CardState
+---@param words string[]
+---@return string[]
+function H.status_words(state, words)
+  local r = state.result
+  if state.status == 'error' then
+    words[#words + 1] = r and r.exit_code ~= nil and ('exit %d'):format(r.exit_code) or 'missing exit status'
+  elseif state.status == 'cancelled' then
+    words[#words + 1] = 'cancelled'
+  elseif state.status == 'timed_out' then
+    words[#words + 1] = 'timed out'
+  elseif state.status == 'failed' then
+    words[#words + 1] = 'failed'
+  end
+  if r and r.duration_ms then
+    words[#words + 1] = M.format_duration(r.duration_ms)
+  end
+  return words
+end
+
 function H.title(ctx)
   local s = ctx.state
   local name = s.origin == 'bang' and (s.exclude and 'AgentBash! (not in context)' or 'AgentBash') or 'bash'
-  local parts = { name }
-  local r = s.result
-  if s.status == 'error' and r and r.exit_code ~= nil then
-    parts[#parts + 1] = ('exit %d'):format(r.exit_code)
-  elseif s.status == 'cancelled' then
-    parts[#parts + 1] = 'cancelled'
-  elseif s.status == 'timed_out' then
-    parts[#parts + 1] = 'timed out'
-  elseif s.status == 'failed' then
-    parts[#parts + 1] = 'failed'
-  end
-  if r and r.duration_ms then
-    parts[#parts + 1] = M.format_duration(r.duration_ms)
-  end
+  local parts = H.status_words(s, { name })
   return {
     { ' ' .. (ctx.icons[s.status] or '?') .. ' ', H.group(ctx, H.status_group[s.status] or 'AgentBashTitle') },
     { table.concat(parts, ' · ') .. ' ', H.group(ctx, 'AgentBashTitle') },

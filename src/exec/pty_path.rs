@@ -10,13 +10,10 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{live, Request, Runtime, UpdateFn};
-use crate::display::Display;
+use super::{Feed, Request, Runtime, UpdateFn};
 use crate::normalize::Normalized;
 use crate::pty::{self, PtyEnd, PtyHooks, PtyOutput};
 use crate::result::{self, BashResult, Outcome};
-use crate::sanitize::Sanitizer;
-use crate::sink::{Sink, SinkConfig, Throttle, LIVE_UPDATE_INTERVAL};
 use crate::validate::Timeout;
 use crate::Result;
 
@@ -76,25 +73,8 @@ impl Runtime {
     ) -> BashResult {
         let PtyJob { norm, cwd, timeout, started } = job;
         let limits = &self.settings.limits;
-        let mut out = ScreenSink {
-            sink: Sink::new(
-                SinkConfig {
-                    max_bytes: limits.max_bytes,
-                    max_lines: limits.max_lines,
-                    head: norm.head,
-                    tail: norm.tail,
-                    artifact_cap: limits.artifact_cap_bytes,
-                },
-                Some(self.store.clone()),
-            ),
-            sanitizer: Sanitizer::new(),
-            scratch: String::new(),
-            spans: Vec::new(),
-            display: Display::new(),
-            dirty: false,
-            throttle: Throttle::new(LIVE_UPDATE_INTERVAL),
-            on_update,
-        };
+        // Always styled: the finished run's card view keeps the screen's colours.
+        let mut out = Feed::new(self, norm, true, on_update);
         let mut cfg = self.shell_cfg.clone();
         cfg.snapshot = self.snapshot().await;
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
@@ -114,16 +94,12 @@ impl Runtime {
                 Outcome::MissingExitStatus
             }
         };
-        out.scratch.clear();
-        out.spans.clear();
-        out.sanitizer.finish_styled(&mut out.scratch, &mut out.spans);
-        out.display.push(&out.scratch, &out.spans);
-        out.sink.push(&out.scratch);
-        if let Some(f) = &out.on_update {
-            f(live(&out.sink, Some(&out.display), "", true));
-        }
-        let mut r =
-            result::shape(out.sink.finish(), &outcome, started.elapsed(), limits.max_bytes as u64);
+        let mut r = result::shape(
+            out.finish().finish(),
+            &outcome,
+            started.elapsed(),
+            limits.max_bytes as u64,
+        );
         r.timeout_clamped_from = timeout.and_then(|t| t.clamped_from);
         if !norm.rewrites.is_empty() {
             r.normalized = serde_json::to_value(norm).ok();
@@ -145,55 +121,18 @@ impl Runtime {
     }
 }
 
-/// The output path of a PTY run: screen text → sanitizer → sink, and live updates.
-struct ScreenSink {
-    sink: Sink,
-    sanitizer: Sanitizer,
-    scratch: String,
-    spans: Vec<crate::sanitize::Span>,
-    /// Styled lines for the card view of a finished PTY run (the screen text keeps SGR codes).
-    display: Display,
-    /// Output arrived since the last live update.
-    dirty: bool,
-    throttle: Throttle,
-    on_update: Option<UpdateFn>,
-}
-
-impl PtyOutput for ScreenSink {
+impl PtyOutput for Feed {
     fn text(&mut self, text: &str) {
-        if text.is_empty() {
-            return;
-        }
-        self.scratch.clear();
-        self.spans.clear();
-        self.sanitizer.push_styled(text.as_bytes(), &mut self.scratch, &mut self.spans);
-        self.display.push(&self.scratch, &self.spans);
-        self.sink.push(&self.scratch);
-    }
-
-    fn idle(&mut self, screen: &dyn Fn() -> String) {
-        if self.dirty {
-            self.tick(screen);
+        if !text.is_empty() {
+            self.push(text.as_bytes());
         }
     }
 
     fn tick(&mut self, screen: &dyn Fn() -> String) {
-        let Some(f) = &self.on_update else { return };
-        self.dirty = !self.throttle.ready(Instant::now());
-        if !self.dirty {
-            // The tail so far, then what is on the screen now (not yet part of the text).
-            let mut pending = self.sanitizer.pending().to_string();
-            let shown = screen();
-            let window = self.sink.window();
-            let at_line_start = match pending.is_empty() {
-                true => window.is_empty() || window.ends_with('\n'),
-                false => pending.ends_with('\n'),
-            };
-            if !shown.is_empty() && !at_line_start {
-                pending.push('\n');
-            }
-            pending.push_str(&shown);
-            f(live(&self.sink, Some(&self.display), &pending, false));
-        }
+        self.update(Some(screen));
+    }
+
+    fn idle(&mut self, screen: &dyn Fn() -> String) {
+        Feed::idle(self, Some(screen));
     }
 }
