@@ -45,6 +45,8 @@ pub struct SinkOutput {
     /// 1-based inclusive line range of the full output that `text` shows.
     pub shown_range: Option<(u64, u64)>,
     pub artifact_id: Option<u64>,
+    /// The window's line limit (0: the default), which the notice names when lines cut.
+    pub max_lines: u64,
 }
 
 /// Window size limit in bytes (SPEC §4.2: 50 KiB).
@@ -271,6 +273,7 @@ impl Sink {
             truncated_by,
             shown_range,
             artifact_id: self.artifact_id,
+            max_lines: self.window.max_lines as u64,
         }
     }
 
