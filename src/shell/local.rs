@@ -302,6 +302,11 @@ pub struct Shell {
 const VAR_CMD: &str = "__agent_bash_cmd";
 const VAR_CWD: &str = "__agent_bash_cwd";
 const VAR_OLDPWD: &str = "__agent_bash_oldpwd";
+const VAR_SEQ: &str = "__agent_bash_seq";
+/// The fixed part of the bash protocol, sourced by each protocol line.
+const RUN_NAME: &str = "run";
+/// The per-command part of the bash protocol (see [`Shell::run`]).
+const COMMAND_NAME: &str = "cmd";
 /// The driver's file name: what bash names in error messages, as `bash -c` does.
 const DRIVER_NAME: &str = "bash";
 
@@ -438,7 +443,7 @@ impl Shell {
     ) -> io::Result<RunEnd> {
         self.seq += 1;
         let seq = self.seq;
-        let fifo = self.runtime_dir.join(format!("{}.{seq}", self.pid));
+        let fifo = self.fifo_path(seq);
         make_fifo(&fifo)?;
         let rx = tokio::net::unix::pipe::OpenOptions::new().open_receiver(&fifo);
         // The FIFO's name is no longer needed once both ends are open; the shell opens it right
@@ -455,7 +460,17 @@ impl Shell {
                 return Err(e);
             }
         };
-        let line = self.command_line(seq, command, cwd, &fifo);
+        let mut line = self.command_line(seq, command, cwd, &fifo);
+        if let Some(dir) = &self.driver_dir {
+            // Bash reads a pipe one byte per read(2) but a sourced file in one: the command
+            // travels in a file and the line only sources it.
+            let file = dir.join(COMMAND_NAME);
+            if let Err(e) = std::fs::write(&file, line.as_bytes()) {
+                let _ = std::fs::remove_file(&fifo);
+                return Err(e);
+            }
+            line = format!("\\builtin . {}\n", quote(&file.to_string_lossy()));
+        }
         let sent = async {
             self.stdin.write_all(line.as_bytes()).await?;
             self.stdin.flush().await
@@ -595,9 +610,12 @@ impl Shell {
         &self.mark
     }
 
-    /// Bash: writes this shell's driver, `<runtime>/<pid>.d/bash`, one line (so the command's
-    /// lines are numbered from 1): open the status marker, enter the cwd, restore `OLDPWD`, and
-    /// run the command with the status fd closed.
+    /// Bash: writes this shell's two files into `<runtime>/<pid>.d/`:
+    /// - `run`, the protocol's fixed part, sourced by each (short) protocol line: bash reads its
+    ///   script from a pipe one byte per read(2), but a sourced file in one read;
+    /// - the driver `bash`, one line (so the command's lines are numbered from 1): open the
+    ///   status marker, enter the cwd, restore `OLDPWD`, and run the command with the status fd
+    ///   closed.
     fn write_driver(&mut self, runtime_dir: &Path) -> io::Result<()> {
         if self.kind != ShellKind::Bash {
             return Ok(());
@@ -609,8 +627,21 @@ impl Shell {
             "\\builtin printf 'S\\n' >&{st};\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin eval \"${VAR_CMD}\" {st}>&-\n"
         );
         std::fs::write(dir.join(DRIVER_NAME), driver)?;
+        // `sourcepath` off makes `.` read the driver from its directory instead of searching
+        // PATH; the FIFO is the one `run` made for this sequence number.
+        let fifo = quote(&self.fifo_path(0).with_extension("").to_string_lossy());
+        let run = format!(
+            "{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin cd -- {dir}&&\\builtin . {DRIVER_NAME} >{fifo}.\"${VAR_SEQ}\" 2>&1 </dev/null;\\builtin printf 'D %s %d\\n' \"${VAR_SEQ}\" $? >&{st}||\\builtin exit 99\n",
+            dir = quote(&dir.to_string_lossy()),
+        );
+        std::fs::write(dir.join(RUN_NAME), run)?;
         self.driver_dir = Some(dir);
         Ok(())
+    }
+
+    /// The output FIFO of command `seq`: `<runtime>/<pid>.<seq>`.
+    fn fifo_path(&self, seq: u64) -> PathBuf {
+        self.runtime_dir.join(format!("{}.{seq}", self.pid))
     }
 
     /// The protocol line that runs `command` in `cwd` with its output into `fifo`.
@@ -620,16 +651,16 @@ impl Shell {
         let st = self.status_fd;
         let cwd = quote(&cwd.to_string_lossy());
         let cmd = quote(command);
-        let fifo = quote(&fifo.to_string_lossy());
         match &self.driver_dir {
-            // No reserved words, every builtin escaped: see the module docs. `sourcepath` off
-            // makes `.` read the driver from its directory instead of searching PATH.
+            // No reserved words, every builtin escaped: see the module docs. The variable part
+            // goes into a file the line sources (read in one go, whatever the command's length).
             Some(dir) => format!(
-                "{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin cd -- {dir}&&\\builtin . {DRIVER_NAME} >{fifo} 2>&1 </dev/null;\\builtin printf 'D {seq} %d\\n' $? >&{st}||\\builtin exit 99\n",
-                dir = quote(&dir.to_string_lossy()),
+                "{VAR_SEQ}={seq};{VAR_CMD}={cmd};{VAR_CWD}={cwd};\\builtin . {run}\n",
+                run = quote(&dir.join(RUN_NAME).to_string_lossy()),
             ),
             None => format!(
                 "{{ builtin printf 'S\\n' >&{st};builtin cd -- {cwd}&&builtin eval {cmd} {st}>&-;}}>{fifo} 2>&1 </dev/null;builtin printf 'D {seq} %d\\n' $? >&{st}||builtin exit 99\n",
+                fifo = quote(&fifo.to_string_lossy()),
             ),
         }
     }
