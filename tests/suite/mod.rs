@@ -8,3 +8,4 @@ mod pty;
 mod rpc;
 mod shell;
 mod support;
+mod wires;
