@@ -56,7 +56,12 @@ function M.send(method, params)
     log.debug('send %s dropped: no backend', method)
     return false
   end
-  log.debug('send %s %s', method, vim.inspect(params, { newline = ' ', indent = '' }))
+  if method == 'pty_input' then
+    -- Keys typed into a terminal (passwords too) never reach the log: only their count.
+    log.debug('send pty_input to run %s (%d bytes)', tostring(params.id), #(params.data or ''))
+  else
+    log.debug('send %s %s', method, vim.inspect(params, { newline = ' ', indent = '' }))
+  end
   return (pcall(vim.rpcnotify, chan, method, params))
 end
 

@@ -214,8 +214,9 @@ function H.draw(card, width)
   vim.bo[buf].modified = false
   vim.api.nvim_buf_clear_namespace(buf, NS, 0, -1)
   local hl = require('agent_bash.highlight')
-  for group, style in pairs(rendered.styles) do
-    hl.ensure(group, style)
+  local groups = {} -- style key → the (bounded) group that carries it
+  for key, style in pairs(rendered.styles) do
+    groups[key] = hl.ensure(key, style)
   end
   for _, h in ipairs(rendered.highlights) do
     local line = rendered.lines[h[1] + 1] or ''
@@ -223,7 +224,7 @@ function H.draw(card, width)
     if end_col > h[2] then
       vim.api.nvim_buf_set_extmark(buf, NS, h[1], h[2], {
         end_col = end_col,
-        hl_group = h[4],
+        hl_group = groups[h[4]] or h[4],
         -- ANSI colours under the card's own groups
         priority = h[4]:find('^AgentBashAnsi_') and 100 or 110,
       })
