@@ -190,10 +190,19 @@ function M.denil(v)
   return v
 end
 
---- Called by the backend (nvim_exec_lua) for every event: update, done, error.
+--- Called by the backend (nvim_exec_lua) for every event: update, done, error, and
+--- protocol_error (a notification it refused, shown to the user).
 --- Handled on the next tick so errors here never travel back to the backend.
 ---@param ev table
 function M._on_event(ev)
+  if type(ev) == 'table' and ev.type == 'protocol_error' then
+    -- A notification the backend could not act on (it has no answer to carry the error).
+    vim.schedule(function()
+      log.error('backend refused a message: %s', tostring(ev.message))
+      vim.notify('agent-bash: ' .. tostring(ev.message), vim.log.levels.ERROR)
+    end)
+    return
+  end
   vim.schedule(function()
     local ok, err = pcall(require('agent_bash.runs').on_event, ev)
     if not ok then

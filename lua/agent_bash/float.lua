@@ -105,12 +105,12 @@ function M.load_full(card)
   if not id or s.full_lines then
     return
   end
-  local ok, text = require('agent_bash.artifact').fetch(id)
+  local ok, lines = require('agent_bash.artifact').lines(id)
   if not ok then
-    vim.notify(text, vim.log.levels.ERROR)
+    vim.notify(lines, vim.log.levels.ERROR)
     return
   end
-  s.full_lines = require('agent_bash.artifact').split(text)
+  s.full_lines = lines
   card.expanded = true
   M.refresh(card)
 end

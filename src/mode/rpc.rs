@@ -312,13 +312,15 @@ async fn handle(state: &Arc<State>, line: &str) {
             send(&state.out, response(id.as_ref(), "abort_bash", Ok(None))).await;
         }
         "tool_call" => tool_call(state, id, obj).await,
-        "get_context" => {
-            let data = json!({"messages": super::context_json(&state.rt)});
-            send(&state.out, response(id.as_ref(), "get_context", Ok(Some(data)))).await;
-        }
-        "history" => {
-            let data = json!({"runs": super::history_json(&state.rt)});
-            send(&state.out, response(id.as_ref(), "history", Ok(Some(data)))).await;
+        "get_context" | "history" => {
+            let res = super::page_args(obj).map(|(offset, limit)| {
+                Some(if kind == "history" {
+                    super::history_json(&state.rt, offset, limit)
+                } else {
+                    super::context_json(&state.rt, offset, limit)
+                })
+            });
+            send(&state.out, response(id.as_ref(), kind, res)).await;
         }
         "abort_tool_call" => {
             let target = obj.get("target").map(id_key);
