@@ -80,12 +80,11 @@ impl Framer {
                     frames.push(self.finish());
                 }
                 Step::Invalid(reason) => {
-                    // Resynchronise on the next byte: report the run once.
-                    let lost = self.len;
+                    // Drop what was read of this message and resynchronise on the next byte;
+                    // a run of such bytes is reported once.
                     self.reset();
                     if !self.garbage {
                         self.garbage = true;
-                        let reason = format!("{reason} ({lost} bytes dropped)");
                         frames.push(Frame::Replaced(notification(&reason), reason));
                     }
                 }
