@@ -536,7 +536,7 @@ fn map(entries: Vec<(&str, Value)>) -> Value {
 
 /// The first argument of a call as a JSON object (Lua tables arrive as msgpack maps; an empty
 /// table or no argument is no parameters). Strings must be UTF-8, except under the `raw` keys.
-fn params(
+pub fn params(
     args: &[Value],
     raw: &[&str],
 ) -> std::result::Result<serde_json::Map<String, serde_json::Value>, String> {

@@ -284,25 +284,32 @@ fn response(
     v
 }
 
-async fn handle(state: &Arc<State>, line: &str) {
+/// A request line decoded: its id (when it has one), its type and its fields.
+pub type Decoded = (Option<Value>, String, Map<String, Value>);
+
+/// Decodes one request line, or returns the parse error to answer (SPEC §9).
+pub fn decode_line(line: &str) -> std::result::Result<Decoded, Value> {
     let req: Value = match serde_json::from_str(line) {
         Ok(v) => v,
-        Err(e) => {
-            // Echo the id when it can be read at all (SPEC §9, Ours).
-            let id = sniff_id(line);
-            send(&state.out, parse_error(id.as_ref(), &e.to_string())).await;
-            return;
-        }
+        // Echo the id when it can be read at all (SPEC §9, Ours).
+        Err(e) => return Err(parse_error(sniff_id(line).as_ref(), &e.to_string())),
     };
-    let Some(obj) = req.as_object() else {
-        send(&state.out, parse_error(None, "expected a JSON object")).await;
-        return;
+    let Value::Object(obj) = req else {
+        return Err(parse_error(None, "expected a JSON object"));
     };
     let id = obj.get("id").cloned();
-    let Some(kind) = obj.get("type").and_then(Value::as_str) else {
-        send(&state.out, parse_error(id.as_ref(), "missing \"type\"")).await;
-        return;
+    let Some(kind) = obj.get("type").and_then(Value::as_str).map(str::to_owned) else {
+        return Err(parse_error(id.as_ref(), "missing \"type\""));
     };
+    Ok((id, kind, obj))
+}
+
+async fn handle(state: &Arc<State>, line: &str) {
+    let (id, kind, obj) = match decode_line(line) {
+        Ok(d) => d,
+        Err(e) => return send(&state.out, e).await,
+    };
+    let (kind, obj) = (kind.as_str(), &obj);
     match kind {
         "bash" => bash(state, id, obj).await,
         "abort_bash" => {
@@ -388,7 +395,7 @@ fn get_timeout(obj: &Map<String, Value>) -> std::result::Result<Option<f64>, Str
     }
 }
 
-pub(crate) fn request_from(
+pub fn request_from(
     obj: &Map<String, Value>,
     origin: Origin,
 ) -> std::result::Result<Request, String> {
