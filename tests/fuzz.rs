@@ -53,7 +53,7 @@ impl Rng {
                 0 => out.push(self.next() as u8),
                 1 => out.push(b' ' + self.below(95) as u8),
                 2 => out.extend_from_slice("é€😀\u{fffd}".as_bytes()),
-                _ => out.extend_from_slice(self.pick(dict)),
+                _ => out.extend_from_slice(dict[self.below(dict.len())]),
             }
         }
         // Now and then, damage it: cut it short or flip a byte.
@@ -68,13 +68,6 @@ impl Rng {
         out
     }
 
-    fn text(&mut self, dict: &[&[u8]], max: usize) -> String {
-        String::from_utf8_lossy(&self.bytes(dict, max)).into_owned()
-    }
-
-    fn count(&mut self) -> Option<usize> {
-        self.chance(30).then(|| self.below(12))
-    }
 }
 
 const SHELL: &[&[u8]] = &[
@@ -153,9 +146,11 @@ fn check_normalize(input: &[u8]) {
 }
 
 fn check_intercept(input: &[u8]) {
+    static DEFAULTS: std::sync::OnceLock<intercept::Interceptor> = std::sync::OnceLock::new();
     let cmd = String::from_utf8_lossy(input);
-    let settings = intercept::InterceptorSettings { enabled: true, rules: None };
-    let i = intercept::Interceptor::new(&settings);
+    let i = DEFAULTS.get_or_init(|| {
+        intercept::Interceptor::new(&intercept::InterceptorSettings { enabled: true, rules: None })
+    });
     let tools = vec!["read".to_string(), "grep".to_string(), "find".to_string()];
     if let Some(block) = i.check(&cmd, Some(&tools)) {
         assert!(block.message.ends_with(&format!("Original command: {cmd}")), "{block:?}");
@@ -218,11 +213,17 @@ fn check_sanitize_sink(input: &[u8]) {
     };
     let (max_bytes, max_lines) = (config.max_bytes.max(4), config.max_lines.max(1));
     let mut k = sink::Sink::new(config, None);
-    for piece in whole.as_bytes().chunks(step * 3) {
-        k.push(&String::from_utf8_lossy(piece));
+    let mut rest = whole.as_str();
+    while !rest.is_empty() {
+        let mut cut = (step * 3).min(rest.len());
+        while !rest.is_char_boundary(cut) {
+            cut += 1;
+        }
+        k.push(&rest[..cut]);
+        rest = &rest[cut..];
     }
     let out = k.finish();
-    assert_eq!(out.total_bytes, String::from_utf8_lossy(whole.as_bytes()).len() as u64);
+    assert_eq!(out.total_bytes, whole.len() as u64);
     assert!(out.text.len() <= max_bytes.max(4), "{} > {max_bytes}", out.text.len());
     assert!(out.output_lines as usize <= max_lines, "{} lines > {max_lines}", out.output_lines);
     assert_eq!(out.output_bytes, out.text.len() as u64);
@@ -278,7 +279,7 @@ fn value(r: &mut Rng, depth: u32) -> rmpv::Value {
         2 => V::from(r.next() as i64 >> r.below(64)),
         3 => V::F64(f64::from_bits(r.next())),
         4 => V::from(String::from_utf8_lossy(&r.bytes(SHELL, 3)).as_ref()),
-        5 => V::String(rmpv::Utf8String::from(r.bytes(ANSI, 3).as_slice())),
+        5 => raw_str(&r.bytes(ANSI, 3)),
         6 => V::Binary(r.bytes(ANSI, 2)),
         7 => V::Array((0..r.below(4)).map(|_| value(r, depth - 1)).collect()),
         _ => V::Map(
@@ -287,6 +288,14 @@ fn value(r: &mut Rng, depth: u32) -> rmpv::Value {
                 .collect(),
         ),
     }
+}
+
+/// A msgpack string holding any bytes (valid UTF-8 or not), as a decoder would produce it.
+fn raw_str(bytes: &[u8]) -> rmpv::Value {
+    let mut enc = vec![0xdb];
+    enc.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    enc.extend_from_slice(bytes);
+    rmpv::decode::read_value(&mut enc.as_slice()).unwrap_or(rmpv::Value::Nil)
 }
 
 fn check_nvim_msgpack(input: &[u8]) {
@@ -346,7 +355,9 @@ fn main() {
         let mut rng = Rng(seed ^ fxhash(name));
         let t = Instant::now();
         let mut bytes = 0u64;
+        let mut ran = 0u64;
         for i in 0..inputs {
+            ran += 1;
             let input = gen(&mut rng);
             bytes += input.len() as u64;
             if let Err(e) = catch_unwind(AssertUnwindSafe(|| check(&input))) {
@@ -361,9 +372,9 @@ fn main() {
         }
         let secs = t.elapsed().as_secs_f64();
         println!(
-            "fuzz {name:<14} {inputs:>9} inputs {:>7.1} MB in {secs:>6.1} s ({:.0} inputs/s)",
+            "fuzz {name:<14} {ran:>9} inputs {:>7.1} MB in {secs:>6.1} s ({:.0} inputs/s)",
             bytes as f64 / 1e6,
-            inputs as f64 / secs.max(1e-9)
+            ran as f64 / secs.max(1e-9)
         );
     }
     if failed {

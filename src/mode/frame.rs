@@ -411,7 +411,7 @@ mod tests {
         let bad_name = enc(Value::Array(vec![
             0.into(),
             8.into(),
-            Value::String(rmpv::Utf8String::from(vec![0xff_u8, 0x41].as_slice())),
+            rmpv::decode::read_value(&mut [0xa2_u8, 0xff, 0x41].as_slice()).unwrap(),
             Value::Array(vec![]),
         ]));
         let got = f.feed(&bad_name);

@@ -326,7 +326,7 @@ async fn wires_nvim_truncated_and_garbage_msgpack_answered_then_clean_exit() {
     let r = read_msg(&mut out, &mut buf).await;
     assert_eq!((r[1].as_u64(), r[3].as_str()), (Some(2), Some("pong")), "{r}");
     // A request far over the size limit, streamed: refused, memory bounded.
-    let mut head = vec![0x94, 0x03, 0xa4];
+    let mut head = vec![0x94, 0x00, 0x03, 0xa4];
     head.extend_from_slice(b"ping");
     head.push(0x91);
     head.push(0xdb);
