@@ -284,7 +284,10 @@ mod tests {
         assert_eq!(p.items.iter().map(|r| r.command.as_str()).collect::<Vec<_>>(), ["c3", "c4"]);
         let p = log.history_page(None, 3);
         assert_eq!((p.offset, p.total), (7, 10));
-        assert_eq!(p.items.iter().map(|r| r.command.as_str()).collect::<Vec<_>>(), ["c7", "c8", "c9"]);
+        assert_eq!(
+            p.items.iter().map(|r| r.command.as_str()).collect::<Vec<_>>(),
+            ["c7", "c8", "c9"]
+        );
         let p = log.context_page(Some(4), 10);
         assert_eq!((p.offset, p.total, p.items.len()), (4, 5, 1));
         assert!(p.items[0].starts_with("Ran `c8`"));

@@ -67,46 +67,192 @@ impl Rng {
         }
         out
     }
-
 }
 
 const SHELL: &[&[u8]] = &[
-    b"echo hi", b"cat file", b" | head", b" | head -n 5", b" | head -5", b" | tail -n 3",
-    b" | tail -3", b"| tail -n +2", b" 2>&1", b" |& head -1", b"; ", b" && ", b" || ", b" & ",
-    b"\n", b"\\\n", b"'", b"\"", b"\\", b"$(", b")", b"`", b"${x", b"}", b"<<EOF\n", b"\nEOF\n",
-    b"<<-'X'\n", b"# comment", b"case x in a) ;; esac", b"(", b"grep -r foo .", b"rg x",
-    b"find . -name '*.rs'", b"sed -n 1p f", b"head -c 10 f", b"tail -f log", b"sudo ", b"env A=1 ",
-    b"command ", b"nice -n 5 ", b"timeout 5 ", b"xargs ", b"> out", b"2>/dev/null", b"<<< x",
-    b"&>", b"1>&2", b"$((1+2))", b"<(ls)", b" -n ", b"-", b"0", b"99999999999999999999",
+    b"echo hi",
+    b"cat file",
+    b" | head",
+    b" | head -n 5",
+    b" | head -5",
+    b" | tail -n 3",
+    b" | tail -3",
+    b"| tail -n +2",
+    b" 2>&1",
+    b" |& head -1",
+    b"; ",
+    b" && ",
+    b" || ",
+    b" & ",
+    b"\n",
+    b"\\\n",
+    b"'",
+    b"\"",
+    b"\\",
+    b"$(",
+    b")",
+    b"`",
+    b"${x",
+    b"}",
+    b"<<EOF\n",
+    b"\nEOF\n",
+    b"<<-'X'\n",
+    b"# comment",
+    b"case x in a) ;; esac",
+    b"(",
+    b"grep -r foo .",
+    b"rg x",
+    b"find . -name '*.rs'",
+    b"sed -n 1p f",
+    b"head -c 10 f",
+    b"tail -f log",
+    b"sudo ",
+    b"env A=1 ",
+    b"command ",
+    b"nice -n 5 ",
+    b"timeout 5 ",
+    b"xargs ",
+    b"> out",
+    b"2>/dev/null",
+    b"<<< x",
+    b"&>",
+    b"1>&2",
+    b"$((1+2))",
+    b"<(ls)",
+    b" -n ",
+    b"-",
+    b"0",
+    b"99999999999999999999",
 ];
 
 const ANSI: &[&[u8]] = &[
-    b"\x1b[31m", b"\x1b[0m", b"\x1b[1;4;38;2;255;128;0m", b"\x1b[48;5;200m", b"\x1b[38;5;",
-    b"\x1b[", b"\x1b]0;title\x07", b"\x1b]8;;http://x\x1b\\", b"\x1bP1$r\x1b\\", b"\x1b_apc\x1b\\",
-    b"\x1b(B", b"\x1b", b"\r", b"\r\n", b"\n", b"\t", b"\x08", b"\x7f", b"\xc2\x9b", b"\xe2\x82",
-    b"\xac", b"\xf0\x9f", b"\x98\x80", b"\xff", b"10%\r55%\r100%\n", b"line\n", b"\x00",
-    b"\x1b[?25l", b"\x1b[2K", b"\x1b[1A", b"\x9b31m",
+    b"\x1b[31m",
+    b"\x1b[0m",
+    b"\x1b[1;4;38;2;255;128;0m",
+    b"\x1b[48;5;200m",
+    b"\x1b[38;5;",
+    b"\x1b[",
+    b"\x1b]0;title\x07",
+    b"\x1b]8;;http://x\x1b\\",
+    b"\x1bP1$r\x1b\\",
+    b"\x1b_apc\x1b\\",
+    b"\x1b(B",
+    b"\x1b",
+    b"\r",
+    b"\r\n",
+    b"\n",
+    b"\t",
+    b"\x08",
+    b"\x7f",
+    b"\xc2\x9b",
+    b"\xe2\x82",
+    b"\xac",
+    b"\xf0\x9f",
+    b"\x98\x80",
+    b"\xff",
+    b"10%\r55%\r100%\n",
+    b"line\n",
+    b"\x00",
+    b"\x1b[?25l",
+    b"\x1b[2K",
+    b"\x1b[1A",
+    b"\x9b31m",
 ];
 
 const JSON: &[&[u8]] = &[
-    b"{", b"}", b"[", b"]", b",", b":", br#""id":"#, br#""type":"#, br#""bash""#, br#""tool_call""#,
-    br#""abort_bash""#, br#""get_context""#, br#""history""#, br#""command":"#, br#""echo hi""#,
-    br#""timeout":"#, br#""cwd":"#, br#""head":"#, br#""tail":"#, br#""tools":"#, br#""pty":"#,
-    br#""session_key":"#, br#""offset":"#, br#""limit":"#, br#""target":"#, b"1", b"-1", b"1e999",
-    b"0.5", b"null", b"true", b"false", br#""\u0000""#, br#""\ud800""#, br#""x"#, b"\"", b"\\",
-    br#"{"id":"r1","type":"bash","command":"echo hi"}"#, br#"["read","bash"]"#, b"18446744073709551616",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    br#""id":"#,
+    br#""type":"#,
+    br#""bash""#,
+    br#""tool_call""#,
+    br#""abort_bash""#,
+    br#""get_context""#,
+    br#""history""#,
+    br#""command":"#,
+    br#""echo hi""#,
+    br#""timeout":"#,
+    br#""cwd":"#,
+    br#""head":"#,
+    br#""tail":"#,
+    br#""tools":"#,
+    br#""pty":"#,
+    br#""session_key":"#,
+    br#""offset":"#,
+    br#""limit":"#,
+    br#""target":"#,
+    b"1",
+    b"-1",
+    b"1e999",
+    b"0.5",
+    b"null",
+    b"true",
+    b"false",
+    br#""\u0000""#,
+    br#""\ud800""#,
+    br#""x"#,
+    b"\"",
+    b"\\",
+    br#"{"id":"r1","type":"bash","command":"echo hi"}"#,
+    br#"["read","bash"]"#,
+    b"18446744073709551616",
 ];
 
 const MSGPACK: &[&[u8]] = &[
-    b"\x94", b"\x93", b"\x92", b"\x90", b"\x80", b"\x81", b"\x82", b"\x00", b"\x01", b"\x02",
-    b"\x7f", b"\xcc\xff", b"\xcd\x01\x00", b"\xce\x00\x01\x00\x00", b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff",
-    b"\xd0\x80", b"\xca\x7f\xc0\x00\x00", b"\xcb\x7f\xf8\0\0\0\0\0\0", b"\xc0", b"\xc2", b"\xc3",
-    b"\xc1", b"\xa4ping", b"\xa3run", b"\xa6cancel", b"\xa9pty_input", b"\xa2id", b"\xa7command",
-    b"\xa7timeout", b"\xa4head", b"\xa6origin", b"\xa4tool", b"\xa3url", b"\xa4data", b"\xa2\xff\xfe",
-    b"\xd9\x03abc", b"\xda\x00\x02hi", b"\xdb\x00\x00\x00\x01x", b"\xc4\x02\x00\x01",
-    b"\xc7\x01\x05x", b"\xd4\x01x", b"\xd8\x00", b"\xdc\x00\x02", b"\xdd\x00\x00\x00\x01",
-    b"\xde\x00\x01", b"\xdf\x00\x00\x00\x00", b"\xdd\xff\xff\xff\xff", b"\xdb\xff\xff\xff\xff",
-    b"\x94\x00\x01\xa4ping\x90", b"\x93\x02\xa6cancel\x91\x81\xa2id\x05",
+    b"\x94",
+    b"\x93",
+    b"\x92",
+    b"\x90",
+    b"\x80",
+    b"\x81",
+    b"\x82",
+    b"\x00",
+    b"\x01",
+    b"\x02",
+    b"\x7f",
+    b"\xcc\xff",
+    b"\xcd\x01\x00",
+    b"\xce\x00\x01\x00\x00",
+    b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff",
+    b"\xd0\x80",
+    b"\xca\x7f\xc0\x00\x00",
+    b"\xcb\x7f\xf8\0\0\0\0\0\0",
+    b"\xc0",
+    b"\xc2",
+    b"\xc3",
+    b"\xc1",
+    b"\xa4ping",
+    b"\xa3run",
+    b"\xa6cancel",
+    b"\xa9pty_input",
+    b"\xa2id",
+    b"\xa7command",
+    b"\xa7timeout",
+    b"\xa4head",
+    b"\xa6origin",
+    b"\xa4tool",
+    b"\xa3url",
+    b"\xa4data",
+    b"\xa2\xff\xfe",
+    b"\xd9\x03abc",
+    b"\xda\x00\x02hi",
+    b"\xdb\x00\x00\x00\x01x",
+    b"\xc4\x02\x00\x01",
+    b"\xc7\x01\x05x",
+    b"\xd4\x01x",
+    b"\xd8\x00",
+    b"\xdc\x00\x02",
+    b"\xdd\x00\x00\x00\x01",
+    b"\xde\x00\x01",
+    b"\xdf\x00\x00\x00\x00",
+    b"\xdd\xff\xff\xff\xff",
+    b"\xdb\xff\xff\xff\xff",
+    b"\x94\x00\x01\xa4ping\x90",
+    b"\x93\x02\xa6cancel\x91\x81\xa2id\x05",
 ];
 
 type Target = fn(&[u8]);
@@ -140,7 +286,11 @@ fn check_normalize(input: &[u8]) {
     let (o, rest) = split_opts(input);
     let cmd = String::from_utf8_lossy(rest);
     let n = normalize::normalize(&cmd, opt(o[0]), opt(o[1]));
-    assert!(cmd.trim().starts_with(&n.command), "normalized {:?} is not a prefix of {cmd:?}", n.command);
+    assert!(
+        cmd.trim().starts_with(&n.command),
+        "normalized {:?} is not a prefix of {cmd:?}",
+        n.command
+    );
     let shown = normalize::apply_head_tail(&cmd, opt(o[2]), opt(o[3]));
     assert!(shown.len() <= cmd.len() + 1, "head/tail grew the text");
 }
@@ -240,7 +390,9 @@ fn check_rpc_json(input: &[u8]) {
         }
         Err(e) => {
             assert_eq!(e["success"], false);
-            assert!(e["error"].as_str().is_some_and(|s| s.starts_with("Failed to parse command: ")));
+            assert!(e["error"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("Failed to parse command: ")));
         }
     }
 }
@@ -271,8 +423,22 @@ fn gen_msgpack(r: &mut Rng) -> Vec<u8> {
 
 fn value(r: &mut Rng, depth: u32) -> rmpv::Value {
     use rmpv::Value as V;
-    let keys = ["id", "command", "timeout", "head", "tail", "cwd", "tools", "origin", "pty", "url",
-        "offset", "limit", "data", "session_key"];
+    let keys = [
+        "id",
+        "command",
+        "timeout",
+        "head",
+        "tail",
+        "cwd",
+        "tools",
+        "origin",
+        "pty",
+        "url",
+        "offset",
+        "limit",
+        "data",
+        "session_key",
+    ];
     match r.below(if depth == 0 { 7 } else { 9 }) {
         0 => V::Nil,
         1 => V::from(r.chance(50)),
@@ -283,9 +449,7 @@ fn value(r: &mut Rng, depth: u32) -> rmpv::Value {
         6 => V::Binary(r.bytes(ANSI, 2)),
         7 => V::Array((0..r.below(4)).map(|_| value(r, depth - 1)).collect()),
         _ => V::Map(
-            (0..r.below(6))
-                .map(|_| (V::from(*r.pick(&keys)), value(r, depth - 1)))
-                .collect(),
+            (0..r.below(6)).map(|_| (V::from(*r.pick(&keys)), value(r, depth - 1))).collect(),
         ),
     }
 }
@@ -334,7 +498,8 @@ fn literal(bytes: &[u8]) -> String {
 }
 
 fn main() {
-    let inputs: u64 = std::env::var("FUZZ_INPUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let inputs: u64 =
+        std::env::var("FUZZ_INPUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let seed: u64 = std::env::var("FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed);
     let only = std::env::var("FUZZ_TARGET").unwrap_or_default();
     // Our own report on failure; silence the default hook's per-panic noise.
@@ -347,7 +512,11 @@ fn main() {
         for (target, input) in REGRESSIONS {
             if *target == name {
                 if let Err(e) = catch_unwind(|| check(input)) {
-                    println!("{name}: regression {} fails again: {}", literal(input), panic_text(&e));
+                    println!(
+                        "{name}: regression {} fails again: {}",
+                        literal(input),
+                        panic_text(&e)
+                    );
                     failed = true;
                 }
             }

@@ -38,12 +38,12 @@ use rmpv::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::frame;
 use crate::display::{style_json, StyledLine};
 use crate::exec::{LiveUpdate, Origin, Runtime, Settings, UpdateFn};
 use crate::pty::{OutputFn, PtyControl, PtyHooks, TermSize};
-use super::frame;
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use crate::Result;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 type Writer = Compat<tokio::fs::File>;
 type Nvim = Neovim<Writer>;
@@ -563,7 +563,8 @@ pub fn params(
 /// Refuses strings that are not UTF-8 anywhere inside `v` (a command must not be guessed at).
 fn utf8(v: &Value, key: &str) -> std::result::Result<(), String> {
     match v {
-        Value::String(s) if s.as_str().is_none() => {
+        Value::String(s) if s.as_str().is_none() => Err(format!("\"{key}\" is not valid UTF-8")),
+        Value::Binary(b) if std::str::from_utf8(b).is_err() => {
             Err(format!("\"{key}\" is not valid UTF-8"))
         }
         Value::Array(a) => a.iter().try_for_each(|x| utf8(x, key)),

@@ -36,7 +36,8 @@ impl Raw {
     fn start() -> Raw {
         let state = tempfile::tempdir().unwrap();
         let cfg = state.path().join("config.toml");
-        std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap())).unwrap();
+        std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap()))
+            .unwrap();
         let mut child = Command::new(BIN)
             .arg("--log-file")
             .arg(state.path().join("log"))
@@ -217,7 +218,10 @@ async fn wires_nvim_wrong_types_unknown_methods_and_non_utf8_answered() {
     for (call, want) in [
         ("'artifact_path', 42", "artifact_path: expected a table of parameters, got an integer"),
         ("'artifact_path', {url = 42}", "artifact_path: \"url\" must be a string, got 42"),
-        ("'artifact_path', {url = 'artifact://\\255'}", "artifact_path: \"url\" is not valid UTF-8"),
+        (
+            "'artifact_path', {url = 'artifact://\\255'}",
+            "artifact_path: \"url\" is not valid UTF-8",
+        ),
         ("'history', {offset = -1}", "history: \"offset\" must be a non-negative integer, got -1"),
         ("'frobnicate', {}", "Unknown request: frobnicate"),
         // nvim-rs alone ends its loop on this one (the method name is not UTF-8).
@@ -235,10 +239,7 @@ async fn wires_nvim_wrong_types_unknown_methods_and_non_utf8_answered() {
         ("'bogus', {}", "Unknown notification: bogus"),
     ] {
         ed.lua("_G.notes = {}").await;
-        ed.lua(&format!(
-            "vim.rpcnotify(require('agent_bash.backend').ensure(), {call})"
-        ))
-        .await;
+        ed.lua(&format!("vim.rpcnotify(require('agent_bash.backend').ensure(), {call})")).await;
         let got = ed.wait_lua("_G.notes[1]").await;
         assert!(got.as_str().unwrap().contains(want), "{call}: {got:?}");
         // At most one such notice a second reaches the editor.
@@ -369,7 +370,9 @@ async fn wires_nvim_artifact_read_from_its_file_not_through_rpc() {
     let pid = ed.lua("return require('agent_bash.backend').info().pid").await.as_u64().unwrap();
     let before = written(pid as u32);
     ed.cmd("edit artifact://0").await;
-    let v = ed.lua("return {vim.api.nvim_buf_line_count(0), vim.fn.getline(1), vim.fn.getline('$')}").await;
+    let v = ed
+        .lua("return {vim.api.nvim_buf_line_count(0), vim.fn.getline(1), vim.fn.getline('$')}")
+        .await;
     let a = v.as_array().unwrap();
     assert_eq!(a[0].as_i64(), Some(2_000_000));
     assert_eq!(a[1].as_str(), Some("1"));
