@@ -183,7 +183,15 @@ impl Handler for Backend {
         let raw: &[&str] = if name == "pty_input" { &["data"] } else { &[] };
         let params = match params(&args, raw) {
             Ok(p) => p,
-            Err(e) => return protocol_error(&nvim, format!("{name}: {e}")),
+            Err(e) => {
+                let msg = format!("{name}: {e}");
+                // A run the editor is waiting for ends with the error on its card.
+                let run_id = (name == "run").then(|| raw_field_i64(&args, "id")).flatten();
+                return match run_id {
+                    Some(id) => send(&nvim, error_event(id, &msg)).await,
+                    None => protocol_error(&nvim, msg),
+                };
+            }
         };
         let id = match params.get("id") {
             Some(v) if v.is_i64() => v.as_i64().unwrap_or(-1),
@@ -475,6 +483,12 @@ impl Backend {
             Some((pump, finish_tx)),
         ))
     }
+}
+
+/// An integer field of the first argument (a map), read without converting anything else.
+fn raw_field_i64(args: &[Value], key: &str) -> Option<i64> {
+    let Some(Value::Map(m)) = args.first() else { return None };
+    m.iter().find(|(k, _)| k.as_str() == Some(key)).and_then(|(_, v)| v.as_i64())
 }
 
 /// A field of the first argument (a map) as raw bytes (msgpack str or bin).

@@ -245,11 +245,15 @@ async fn wires_nvim_wrong_types_unknown_methods_and_non_utf8_answered() {
         // At most one such notice a second reaches the editor.
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
-    // A command with a non-UTF-8 byte is refused, not guessed at.
-    ed.lua("_G.notes = {}").await;
-    ed.lua("vim.rpcnotify(require('agent_bash.backend').ensure(), 'run', {id = 99, command = 'echo \\255'})").await;
-    let got = ed.wait_lua("_G.notes[1]").await;
-    assert!(got.as_str().unwrap().contains("run: \"command\" is not valid UTF-8"), "{got:?}");
+    // A command with a non-UTF-8 byte is refused, not guessed at: its card says why.
+    ed.lua("vim.cmd('AgentBash echo caf\\233')").await;
+    let card = ed.card_done().await;
+    assert!(
+        card.lines.iter().any(|l| l.contains("run: \"command\" is not valid UTF-8")),
+        "{:?}",
+        card.lines
+    );
+    ed.lua("require('agent_bash').close_all()").await;
     // The same backend still runs commands.
     ed.cmd("AgentBash echo still serving").await;
     let card = ed.card_done().await;
