@@ -141,7 +141,7 @@ impl SessionLog {
 
     /// One page of the records (SPEC §4.3: answers are paged, never the whole session).
     pub fn history_page(&self, offset: Option<usize>, limit: usize) -> Page<BashExecution> {
-        self.page(offset, limit, |r| Some(r))
+        self.page(offset, limit, Some)
     }
 
     /// One page of the agent's context messages.

@@ -12,6 +12,10 @@
 //! A failure prints the target, seed, input index and the input as a Rust literal: add it to
 //! [`REGRESSIONS`] and fix the code.
 
+// A test program (no libtest harness, so clippy does not see `cfg(test)`): a failed `expect` here
+// is a finding, caught and reported with its input.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
