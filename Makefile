@@ -1,9 +1,10 @@
 # The README's commands. Each target is one line that calls cargo or a script.
-.PHONY: build run test bench lint fmt
+.PHONY: build run test bench lint fmt fuzz
 
 build: ; cargo build --release
 run: build ; scripts/run.sh
 test: ; scripts/test.sh
 bench: build ; scripts/bench.sh
+fuzz: ; scripts/fuzz.sh
 lint: ; cargo fmt --check && cargo clippy --release --all-targets -- -D warnings
 fmt: ; cargo fmt

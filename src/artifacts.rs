@@ -137,6 +137,27 @@ fn parse_artifact_name(name: &str) -> Option<u64> {
 /// opened with `O_NOFOLLOW`, so a symlink planted in the directory is not followed (that is an
 /// I/O error). Invalid UTF-8 (which the sink never writes) is replaced with U+FFFD.
 pub fn resolve(store: Option<&ArtifactStore>, url: &str) -> crate::Result<String> {
+    let (mut file, _) = open_artifact(store, url)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+/// Resolves `artifact://<id>` to the artifact's file, for a reader that reads it itself
+/// (Neovim: artifact text never travels through RPC, SPEC §4.3). Same errors as [`resolve`];
+/// the path is a regular file, not a symlink, at the time of the answer.
+pub fn resolve_path(store: Option<&ArtifactStore>, url: &str) -> crate::Result<PathBuf> {
+    let (file, path) = open_artifact(store, url)?;
+    if !file.metadata()?.is_file() {
+        return Err(Error::Artifact(format!("{} is not a regular file", path.display())));
+    }
+    Ok(path)
+}
+
+fn open_artifact(store: Option<&ArtifactStore>, url: &str) -> crate::Result<(File, PathBuf)> {
     let store =
         store.ok_or_else(|| Error::Artifact("No session - artifacts unavailable".to_owned()))?;
     let rest = url.strip_prefix(SCHEME).unwrap_or(url);
@@ -163,21 +184,12 @@ pub fn resolve(store: Option<&ArtifactStore>, url: &str) -> crate::Result<String
     };
     // Digits only, so a parse failure can only be overflow: no such artifact.
     let numeric: u64 = id.parse().map_err(|_| not_found())?;
-    let mut file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(store.path(numeric))
-    {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found()),
-        Err(e) => return Err(e.into()),
-    };
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(match String::from_utf8(bytes) {
-        Ok(text) => text,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    })
+    let path = store.path(numeric);
+    match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
+        Ok(file) => Ok((file, path)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_found()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Removes the session artifact directories directly under `root` that have not been touched

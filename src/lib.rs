@@ -23,6 +23,7 @@ pub mod display;
 pub mod error;
 pub mod exec;
 pub mod intercept;
+pub mod logfile;
 pub mod mode;
 pub mod normalize;
 pub mod pty;

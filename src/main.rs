@@ -43,14 +43,10 @@ fn init_logging(path: Option<PathBuf>) {
     let path = path
         .or_else(|| std::env::var_os("AGENT_BASH_LOG").map(PathBuf::from))
         .unwrap_or_else(|| agent_bash::artifacts::state_root().join("agent-bash.log"));
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(&path) else {
+    let Ok(file) = agent_bash::logfile::open(&path) else {
         return;
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("AGENT_BASH_LOG_LEVEL")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = agent_bash::logfile::filter(std::env::var("AGENT_BASH_LOG_LEVEL").ok().as_deref());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)

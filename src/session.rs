@@ -138,6 +138,61 @@ impl SessionLog {
     pub fn context(&self) -> Vec<String> {
         self.load().iter().filter_map(BashExecution::context_message).collect()
     }
+
+    /// One page of the records (SPEC §4.3: answers are paged, never the whole session).
+    pub fn history_page(&self, offset: Option<usize>, limit: usize) -> Page<BashExecution> {
+        self.page(offset, limit, Some)
+    }
+
+    /// One page of the agent's context messages.
+    pub fn context_page(&self, offset: Option<usize>, limit: usize) -> Page<String> {
+        self.page(offset, limit, |r| r.context_message())
+    }
+
+    /// Items `offset..offset + limit` of the records `pick` keeps (the last `limit` when
+    /// `offset` is None), reading the file line by line: memory holds one page, whatever the
+    /// session's length.
+    fn page<T>(
+        &self,
+        offset: Option<usize>,
+        limit: usize,
+        pick: impl Fn(BashExecution) -> Option<T>,
+    ) -> Page<T> {
+        use std::io::BufRead;
+        let mut items = std::collections::VecDeque::new();
+        let mut total = 0;
+        if let Ok(file) = std::fs::File::open(&self.path) {
+            for line in std::io::BufReader::new(file).split(b'\n').map_while(|l| l.ok()) {
+                let Some(item) = serde_json::from_slice(&line).ok().and_then(&pick) else {
+                    continue;
+                };
+                let index = total;
+                total += 1;
+                match offset {
+                    Some(o) if index < o || index >= o.saturating_add(limit) => {}
+                    Some(_) => items.push_back(item),
+                    None => {
+                        items.push_back(item);
+                        if items.len() > limit {
+                            items.pop_front();
+                        }
+                    }
+                }
+            }
+        }
+        let offset = offset.unwrap_or(total.saturating_sub(items.len())).min(total);
+        Page { items: items.into(), offset, total }
+    }
+}
+
+/// A page of a session's record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Index of the first item.
+    pub offset: usize,
+    /// Items in the whole session.
+    pub total: usize,
 }
 
 #[cfg(test)]
@@ -213,5 +268,30 @@ mod tests {
         let all = log.load();
         assert_eq!(all.iter().map(|r| r.command.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(log.context().len(), 2);
+    }
+
+    #[test]
+    fn session_pages_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SessionLog::new(dir.path());
+        for i in 0..10 {
+            let mut r = rec(&format!("c{i}"), "", Some(0), false, None);
+            r.exclude_from_context = i % 2 == 1;
+            log.append(&r).unwrap();
+        }
+        let p = log.history_page(Some(3), 2);
+        assert_eq!((p.offset, p.total), (3, 10));
+        assert_eq!(p.items.iter().map(|r| r.command.as_str()).collect::<Vec<_>>(), ["c3", "c4"]);
+        let p = log.history_page(None, 3);
+        assert_eq!((p.offset, p.total), (7, 10));
+        assert_eq!(
+            p.items.iter().map(|r| r.command.as_str()).collect::<Vec<_>>(),
+            ["c7", "c8", "c9"]
+        );
+        let p = log.context_page(Some(4), 10);
+        assert_eq!((p.offset, p.total, p.items.len()), (4, 5, 1));
+        assert!(p.items[0].starts_with("Ran `c8`"));
+        let p = log.context_page(Some(99), 10);
+        assert_eq!((p.offset, p.total, p.items.len()), (5, 5, 0));
     }
 }

@@ -56,7 +56,12 @@ function M.send(method, params)
     log.debug('send %s dropped: no backend', method)
     return false
   end
-  log.debug('send %s %s', method, vim.inspect(params, { newline = ' ', indent = '' }))
+  if method == 'pty_input' then
+    -- Keys typed into a terminal (passwords too) never reach the log: only their count.
+    log.debug('send pty_input to run %s (%d bytes)', tostring(params.id), #(params.data or ''))
+  else
+    log.debug('send %s %s', method, vim.inspect(params, { newline = ' ', indent = '' }))
+  end
   return (pcall(vim.rpcnotify, chan, method, params))
 end
 
@@ -185,10 +190,19 @@ function M.denil(v)
   return v
 end
 
---- Called by the backend (nvim_exec_lua) for every event: update, done, error.
+--- Called by the backend (nvim_exec_lua) for every event: update, done, error, and
+--- protocol_error (a notification it refused, shown to the user).
 --- Handled on the next tick so errors here never travel back to the backend.
 ---@param ev table
 function M._on_event(ev)
+  if type(ev) == 'table' and ev.type == 'protocol_error' then
+    -- A notification the backend could not act on (it has no answer to carry the error).
+    vim.schedule(function()
+      log.error('backend refused a message: %s', tostring(ev.message))
+      vim.notify('agent-bash: ' .. tostring(ev.message), vim.log.levels.ERROR)
+    end)
+    return
+  end
   vim.schedule(function()
     local ok, err = pcall(require('agent_bash.runs').on_event, ev)
     if not ok then

@@ -9,19 +9,35 @@ local H = {}
 local log = require('agent_bash.log')
 
 --- The agent's context: one user message per recorded, non-excluded bang command of the
---- session, oldest first. Returns nil and the error when the backend cannot answer.
+--- session, oldest first, one page at a time (the backend never sends the whole session):
+--- at most `limit` messages (default 50, at most 200) from index `offset` (0-based), or the
+--- last `limit` when `offset` is omitted. Returns the messages, nil and the total number of
+--- context messages; or nil and the error when the backend cannot answer.
+---@param opts? {offset?: integer, limit?: integer}
 ---@return agent_bash.ContextMessage[]? messages
 ---@return string? err
-function M.context()
-  return H.request('get_context')
+---@return integer? total
+function M.context(opts)
+  local page, err = H.page('get_context', opts)
+  if not page then
+    return nil, err
+  end
+  return page.messages or {}, nil, page.total
 end
 
---- Every recorded bang command of the session (excluded ones too), oldest first. Returns nil
---- and the error when the backend cannot answer.
+--- The session's recorded bang commands (excluded ones too), oldest first, paged like
+--- context(): at most `limit` entries from `offset`, or the last `limit`. Returns the
+--- entries, nil and the total; or nil and the error.
+---@param opts? {offset?: integer, limit?: integer}
 ---@return agent_bash.HistoryEntry[]? entries
 ---@return string? err
-function M.history()
-  return H.request('history')
+---@return integer? total
+function M.history(opts)
+  local page, err = H.page('history', opts)
+  if not page then
+    return nil, err
+  end
+  return page.runs or {}, nil, page.total
 end
 
 --- Tells whether the agent is busy (streaming). While busy, new messages are queued.
@@ -53,14 +69,16 @@ function M._on_bang_done(run)
   if run.state.exclude then
     return -- recorded, but never sent (SPEC §10)
   end
-  local messages, err = M.context()
-  if not messages then
-    log.warn('could not read the context after run %d: %s', run.id, tostring(err))
-    return
-  end
-  local fresh = vim.list_slice(messages, math.min(H.seen, #messages) + 1)
-  H.seen = #messages
-  vim.list_extend(H.pending, fresh)
+  -- Only the messages after the cursor travel (SPEC §4.3), a page at a time.
+  repeat
+    local messages, err, total = M.context({ offset = H.seen, limit = 200 })
+    if not messages then
+      log.warn('could not read the context after run %d: %s', run.id, tostring(err))
+      return
+    end
+    H.seen = H.seen + #messages
+    vim.list_extend(H.pending, messages)
+  until #messages == 0 or H.seen >= (total or 0)
   H.deliver()
 end
 
@@ -69,10 +87,13 @@ end
 H.busy = false
 H.hook = nil ---@type fun(msg: agent_bash.ContextMessage)?
 H.pending = {} ---@type agent_bash.ContextMessage[]
-H.seen = 0 -- context messages already taken from the backend
+H.seen = 0 -- context messages already taken from the backend (the paging cursor)
 
-function H.request(method)
-  local ok, res = require('agent_bash.backend').request(method, {})
+function H.page(method, opts)
+  opts = opts or {}
+  require('agent_bash.config').validate('opts.offset', opts.offset, 'number', true)
+  require('agent_bash.config').validate('opts.limit', opts.limit, 'number', true)
+  local ok, res = require('agent_bash.backend').request(method, { offset = opts.offset, limit = opts.limit })
   if not ok then
     return nil, res
   end

@@ -105,12 +105,12 @@ function M.load_full(card)
   if not id or s.full_lines then
     return
   end
-  local ok, text = require('agent_bash.artifact').fetch(id)
+  local ok, lines = require('agent_bash.artifact').lines(id)
   if not ok then
-    vim.notify(text, vim.log.levels.ERROR)
+    vim.notify(lines, vim.log.levels.ERROR)
     return
   end
-  s.full_lines = require('agent_bash.artifact').split(text)
+  s.full_lines = lines
   card.expanded = true
   M.refresh(card)
 end
@@ -214,8 +214,9 @@ function H.draw(card, width)
   vim.bo[buf].modified = false
   vim.api.nvim_buf_clear_namespace(buf, NS, 0, -1)
   local hl = require('agent_bash.highlight')
-  for group, style in pairs(rendered.styles) do
-    hl.ensure(group, style)
+  local groups = {} -- style key → the (bounded) group that carries it
+  for key, style in pairs(rendered.styles) do
+    groups[key] = hl.ensure(key, style)
   end
   for _, h in ipairs(rendered.highlights) do
     local line = rendered.lines[h[1] + 1] or ''
@@ -223,7 +224,7 @@ function H.draw(card, width)
     if end_col > h[2] then
       vim.api.nvim_buf_set_extmark(buf, NS, h[1], h[2], {
         end_col = end_col,
-        hl_group = h[4],
+        hl_group = groups[h[4]] or h[4],
         -- ANSI colours under the card's own groups
         priority = h[4]:find('^AgentBashAnsi_') and 100 or 110,
       })

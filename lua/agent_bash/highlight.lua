@@ -44,6 +44,9 @@ function M.setup()
       for name, style in pairs(H.made) do
         H.define(name, style)
       end
+      for _, slot in ipairs(H.slots) do
+        H.define(slot.group, slot.style)
+      end
     end,
   })
 end
@@ -75,16 +78,52 @@ function M.style_group(style)
   return PREFIX .. table.concat(parts, '_')
 end
 
---- Creates the group for `style` unless it exists already.
+--- Defines the group for `style` and returns the name to use in extmarks. Neovim never frees
+--- a highlight group, and truecolour output (lolcat, bat) has a new style on nearly every
+--- character, so the number of groups is bounded: the first `M.max_named` distinct styles
+--- keep the group named after them (`name`); later ones share `M.max_recycled` groups named
+--- `AgentBashAnsi_lru<n>`, the least recently used one redefined for a new style.
 ---@param name string from style_group()
 ---@param style agent_bash.Style
+---@return string group
 function M.ensure(name, style)
   if H.made[name] then
-    return
+    return name
   end
-  H.made[name] = style
-  H.define(name, style)
+  H.tick = H.tick + 1
+  local slot = H.lru[name]
+  if slot then
+    slot.used = H.tick
+    return slot.group
+  end
+  if H.named < M.max_named then
+    H.named = H.named + 1
+    H.made[name] = style
+    H.define(name, style)
+    return name
+  end
+  if #H.slots < M.max_recycled then
+    slot = { group = ('%slru%d'):format(PREFIX, #H.slots + 1) }
+    H.slots[#H.slots + 1] = slot
+  else
+    slot = H.slots[1]
+    for _, s in ipairs(H.slots) do
+      if s.used < slot.used then
+        slot = s
+      end
+    end
+    H.lru[slot.key] = nil
+  end
+  slot.key, slot.style, slot.used = name, style, H.tick
+  H.lru[name] = slot
+  H.define(slot.group, style)
+  return slot.group
 end
+
+--- Distinct styles that keep a group named after them, for the session.
+M.max_named = 512
+--- Groups shared by the styles past `max_named`, recycled least recently used first.
+M.max_recycled = 256
 
 --- The nvim_set_hl() attributes for an SGR style (pure): gui and cterm colours and flags.
 ---@param style agent_bash.Style
@@ -154,7 +193,11 @@ end
 
 -- Helpers -----------------------------------------------------------------------------------
 
-H.made = {} ---@type table<string, agent_bash.Style>
+H.made = {} ---@type table<string, agent_bash.Style> named groups
+H.named = 0 -- entries in H.made
+H.slots = {} ---@type {group: string, key: string, style: agent_bash.Style, used: integer}[]
+H.lru = {} ---@type table<string, table> style key → its recycled slot
+H.tick = 0 -- use counter for the recycled slots
 H.flags = {
   { 'bold', 'B' },
   { 'dim', 'D' },

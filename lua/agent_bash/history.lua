@@ -5,9 +5,13 @@
 local M = {}
 local H = {}
 
---- Lists the session's runs; the chosen one reopens as a card or opens its artifact.
+--- Runs listed by the picker (the newest ones).
+M.limit = 200
+
+--- Lists the session's newest runs; the chosen one reopens as a card or opens its artifact.
 function M.pick()
-  local entries, err = require('agent_bash.context').history()
+  -- The newest page (the backend never sends the whole session).
+  local entries, err = require('agent_bash.context').history({ limit = M.limit })
   if not entries then
     vim.notify('agent-bash: could not read the history: ' .. tostring(err), vim.log.levels.ERROR)
     return

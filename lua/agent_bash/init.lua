@@ -94,19 +94,26 @@ function M.tool_call(params, callbacks)
 end
 
 --- The agent's context (SPEC §10): `{role = 'user', content}` per recorded, non-excluded bang
---- command of this editor session, oldest first, worded by the backend. Nil and the error
---- message when the backend cannot answer.
+--- command of this editor session, oldest first, worded by the backend, one page at a time:
+--- at most `opts.limit` (default 50, at most 200) from index `opts.offset` (0-based), or the
+--- last page when `offset` is omitted. Returns the messages, nil and the total count; nil and
+--- the error message when the backend cannot answer.
+---@param opts? {offset?: integer, limit?: integer}
 ---@return agent_bash.ContextMessage[]? messages
 ---@return string? err
-function M.context()
-  return require('agent_bash.context').context()
+---@return integer? total
+function M.context(opts)
+  return require('agent_bash.context').context(opts)
 end
 
---- Every recorded bang command of this editor session, oldest first (see |agent_bash-history|).
+--- Recorded bang commands of this editor session, oldest first, paged like context() (see
+--- |agent_bash-history|). Returns the entries, nil and the total count.
+---@param opts? {offset?: integer, limit?: integer}
 ---@return agent_bash.HistoryEntry[]? entries
 ---@return string? err
-function M.history()
-  return require('agent_bash.context').history()
+---@return integer? total
+function M.history(opts)
+  return require('agent_bash.context').history(opts)
 end
 
 --- For agent plugins: the agent is busy (streaming a reply). While busy, the messages of

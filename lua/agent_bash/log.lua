@@ -48,12 +48,13 @@ function H.write(level, msg, ...)
   end
   local path = M.file()
   vim.fn.mkdir(vim.fn.fnamemodify(path, ':h'), 'p')
-  local f = io.open(path, 'a')
-  if not f then
+  -- 0600: the log holds commands and paths (the backend creates it the same way).
+  local fd = vim.uv.fs_open(path, 'a', tonumber('600', 8))
+  if not fd then
     return
   end
-  f:write(('%s [lua] %s %s\n'):format(os.date('%Y-%m-%dT%H:%M:%S'), level:upper(), msg))
-  f:close()
+  vim.uv.fs_write(fd, ('%s [lua] %s %s\n'):format(os.date('%Y-%m-%dT%H:%M:%S'), level:upper(), msg))
+  vim.uv.fs_close(fd)
 end
 
 return M

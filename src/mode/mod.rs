@@ -2,6 +2,7 @@
 
 pub mod exec;
 pub mod explain;
+pub mod frame;
 pub mod nvim;
 pub mod rpc;
 pub mod sanitize;
@@ -94,19 +95,42 @@ pub fn record_bang(
     }
 }
 
-/// The agent's context from the session record: `[{role = "user", content}]`, oldest first.
-pub fn context_json(rt: &Runtime) -> serde_json::Value {
-    let log = crate::session::SessionLog::new(rt.store().dir());
-    serde_json::Value::Array(
-        log.context()
-            .into_iter()
-            .map(|content| serde_json::json!({"role": "user", "content": content}))
-            .collect(),
-    )
+/// Page size of `get_context` / `history` answers when the request names none, and the largest
+/// one served (each item holds up to one output window, 50 KiB).
+pub const PAGE_DEFAULT: usize = 50;
+pub const PAGE_MAX: usize = 200;
+
+/// `offset` (absent: the last page) and `limit` (default [`PAGE_DEFAULT`], at most
+/// [`PAGE_MAX`]) of a paged request.
+pub fn page_args(
+    obj: &serde_json::Map<String, serde_json::Value>,
+) -> std::result::Result<(Option<usize>, usize), String> {
+    let count = |k: &str| match obj.get(k) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(|n| Some(usize::try_from(n).unwrap_or(usize::MAX)))
+            .ok_or_else(|| format!("\"{k}\" must be a non-negative integer, got {v}")),
+    };
+    let offset = count("offset")?;
+    let limit = count("limit")?.unwrap_or(PAGE_DEFAULT).clamp(1, PAGE_MAX);
+    Ok((offset, limit))
 }
 
-/// Every recorded bang command of the session, oldest first.
-pub fn history_json(rt: &Runtime) -> serde_json::Value {
-    let log = crate::session::SessionLog::new(rt.store().dir());
-    serde_json::to_value(log.load()).unwrap_or_default()
+/// A page of the agent's context (SPEC §10): `{messages: [{role = "user", content}], offset,
+/// total}`, oldest first.
+pub fn context_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_json::Value {
+    let page = crate::session::SessionLog::new(rt.store().dir()).context_page(offset, limit);
+    let messages: Vec<_> = page
+        .items
+        .into_iter()
+        .map(|content| serde_json::json!({"role": "user", "content": content}))
+        .collect();
+    serde_json::json!({"messages": messages, "offset": page.offset, "total": page.total})
+}
+
+/// A page of the session's recorded bang commands: `{runs, offset, total}`, oldest first.
+pub fn history_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_json::Value {
+    let page = crate::session::SessionLog::new(rt.store().dir()).history_page(offset, limit);
+    serde_json::json!({"runs": page.items, "offset": page.offset, "total": page.total})
 }

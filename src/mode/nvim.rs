@@ -3,10 +3,14 @@
 //!
 //! Contract with `lua/agent_bash/backend.lua`:
 //! * requests (answered at once): `hello {version}` → `{version, pid, session_dir}`;
-//!   `ping` → `"pong"`; `artifact {url}` → the artifact's text, or an error whose message is
-//!   the exact SPEC §4.3 text.
-//!   `get_context` → the agent's context messages (SPEC §10); `history` → the session's
-//!   recorded bang commands.
+//!   `ping` → `"pong"`; `artifact_path {url}` → the artifact's file path (Lua reads the file:
+//!   artifact text never travels through RPC), or an error whose message is the exact SPEC
+//!   §4.3 text. `get_context {offset?, limit?}` → `{messages, offset, total}`, a page of the
+//!   agent's context messages (SPEC §10); `history {offset?, limit?}` → `{runs, offset,
+//!   total}`, a page of the session's recorded bang commands (no offset: the last page).
+//! * malformed input (bad msgpack, wrong shapes, wrong parameter types, strings that are not
+//!   UTF-8, unknown methods) is answered with an error naming the problem; a notification has
+//!   no answer, so Lua gets a `protocol_error` event instead. The backend keeps serving.
 //! * notifications (long work; never block the dispatch loop): `run {id, origin, command, cwd,
 //!   timeout?, head?, tail?, tools?, session_key?, exclude_from_context, pty?, ui?}`,
 //!   `cancel {id}` (a PTY run is force-killed), `pty_input {id, data}` (raw bytes typed in the
@@ -18,7 +22,8 @@
 //! * events pushed back with `nvim_exec_lua` →
 //!   `require('agent_bash.backend')._on_event(ev)`: `update` (throttled by the runtime to at
 //!   most 20 per second per run, and coalesced: a slow editor gets the latest state, never a
-//!   queue), then exactly one `done` (result + every kept display line) or `error`.
+//!   queue), then exactly one `done` (result + every kept display line) or `error`;
+//!   `protocol_error {message}` for a notification that could not be acted on.
 //!
 //! When Neovim closes the channel, every run is cancelled, every shell killed, and the process
 //! exits.
@@ -33,10 +38,12 @@ use rmpv::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::frame;
 use crate::display::{style_json, StyledLine};
 use crate::exec::{LiveUpdate, Origin, Runtime, Settings, UpdateFn};
 use crate::pty::{OutputFn, PtyControl, PtyHooks, TermSize};
 use crate::Result;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 type Writer = Compat<tokio::fs::File>;
 type Nvim = Neovim<Writer>;
@@ -87,9 +94,17 @@ pub async fn run(args: NvimArgs) -> Result<i32> {
     let rt = super::start_runtime(settings, args.session_id.as_deref())?;
     tokio::spawn(rt.clone().evict_loop());
     let backend = Backend { rt: rt.clone(), runs: Arc::default(), ptys: Arc::default() };
-    let (_nvim, io) = nvim_rs::create::tokio::new_parent(backend.clone())
-        .await
-        .map_err(|e| crate::Error::InvalidInput(format!("cannot talk to Neovim: {e}")))?;
+    // Every byte from Neovim passes the framer first (see `frame`): bad input is answered,
+    // never the end of the loop, and no message is held past its size limit.
+    let (feed, pipe) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(guard_input(tokio::io::stdin(), feed));
+    let stdout = {
+        use std::os::fd::AsFd;
+        let fd = std::io::stdout().as_fd().try_clone_to_owned()?;
+        tokio::fs::File::from_std(std::fs::File::from(fd))
+    };
+    let (_nvim, io) = Neovim::<Writer>::new(pipe.compat(), stdout.compat_write(), backend.clone());
+    let io = tokio::spawn(io);
     tokio::select! {
         r = io => {
             match r {
@@ -118,7 +133,10 @@ impl Handler for Backend {
         args: Vec<Value>,
         _nvim: Nvim,
     ) -> std::result::Result<Value, Value> {
-        let params = params(&args);
+        if name == frame::MALFORMED {
+            return Err(Value::from(malformed_reason(&args)));
+        }
+        let params = params(&args, &[]).map_err(|e| Value::from(format!("{name}: {e}")))?;
         match name.as_str() {
             "hello" => {
                 let theirs = params.get("version").and_then(|v| v.as_str()).unwrap_or("?");
@@ -130,12 +148,27 @@ impl Handler for Backend {
                 ]))
             }
             "ping" => Ok(Value::from("pong")),
-            "get_context" => Ok(json_to_msgpack(&super::context_json(&self.rt))),
-            "history" => Ok(json_to_msgpack(&super::history_json(&self.rt))),
-            "artifact" => {
-                let url = params.get("url").and_then(|v| v.as_str()).unwrap_or("");
-                crate::artifacts::resolve(Some(self.rt.store()), url)
-                    .map(Value::from)
+            "get_context" | "history" => {
+                let (offset, limit) =
+                    super::page_args(&params).map_err(|e| Value::from(format!("{name}: {e}")))?;
+                Ok(json_to_msgpack(&if name == "history" {
+                    super::history_json(&self.rt, offset, limit)
+                } else {
+                    super::context_json(&self.rt, offset, limit)
+                }))
+            }
+            "artifact_path" => {
+                let url = match params.get("url") {
+                    None => "",
+                    Some(serde_json::Value::String(s)) => s.as_str(),
+                    Some(other) => {
+                        return Err(Value::from(format!(
+                            "artifact_path: \"url\" must be a string, got {other}"
+                        )))
+                    }
+                };
+                crate::artifacts::resolve_path(Some(self.rt.store()), url)
+                    .map(|p| Value::from(p.to_string_lossy().as_ref()))
                     .map_err(|e| Value::from(e.to_string()))
             }
             other => Err(Value::from(format!("Unknown request: {other}"))),
@@ -143,14 +176,42 @@ impl Handler for Backend {
     }
 
     async fn handle_notify(&self, name: String, args: Vec<Value>, nvim: Nvim) {
-        let params = params(&args);
+        if name == frame::MALFORMED {
+            return protocol_error(&nvim, malformed_reason(&args));
+        }
+        // Keys typed in a terminal are bytes, not necessarily UTF-8: `data` is read raw.
+        let raw: &[&str] = if name == "pty_input" { &["data"] } else { &[] };
+        let params = match params(&args, raw) {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = format!("{name}: {e}");
+                // A run the editor is waiting for ends with the error on its card.
+                let run_id = (name == "run").then(|| raw_field_i64(&args, "id")).flatten();
+                return match run_id {
+                    Some(id) => send(&nvim, error_event(id, &msg)).await,
+                    None => protocol_error(&nvim, msg),
+                };
+            }
+        };
+        let id = match params.get("id") {
+            Some(v) if v.is_i64() => v.as_i64().unwrap_or(-1),
+            other => {
+                let got = other.map_or("nothing".to_owned(), |v| v.to_string());
+                let known = ["run", "cancel", "pty_input", "pty_resize"].contains(&name.as_str());
+                let msg = if known {
+                    format!("{name}: \"id\" must be an integer, got {got}")
+                } else {
+                    format!("Unknown notification: {name}")
+                };
+                return protocol_error(&nvim, msg);
+            }
+        };
         match name.as_str() {
             "run" => {
                 let this = self.clone();
-                tokio::spawn(async move { this.run(params, nvim).await });
+                tokio::spawn(async move { this.run(id, params, nvim).await });
             }
             "cancel" => {
-                let id = params.get("id").and_then(|v| v.as_i64()).unwrap_or(-1);
                 // A PTY run is force-killed (the kill key, SPEC §6); others are cancelled.
                 if !self.pty_control(id, PtyControl::Kill) {
                     if let Ok(runs) = self.runs.lock() {
@@ -160,33 +221,42 @@ impl Handler for Backend {
                     }
                 }
             }
-            "pty_input" => {
-                let id = params.get("id").and_then(|v| v.as_i64()).unwrap_or(-1);
-                // Keys typed in a terminal are bytes, not necessarily UTF-8: read them raw.
-                if let Some(data) = raw_field(&args, "data") {
+            "pty_input" => match raw_field(&args, "data") {
+                Some(data) => {
                     self.pty_control(id, PtyControl::Input(data));
                 }
-            }
+                // Never echo the value: it may be a typed password.
+                None => protocol_error(&nvim, "pty_input: \"data\" must be a string".to_owned()),
+            },
             "pty_resize" => {
-                let id = params.get("id").and_then(|v| v.as_i64()).unwrap_or(-1);
                 let dim = |k: &str| {
                     params.get(k).and_then(|v| v.as_u64()).map(|n| n.min(u16::MAX as u64) as u16)
                 };
-                if let (Some(cols), Some(rows)) = (dim("cols"), dim("rows")) {
-                    self.pty_control(id, PtyControl::Resize(TermSize { cols, rows }));
+                match (dim("cols"), dim("rows")) {
+                    (Some(cols), Some(rows)) => {
+                        self.pty_control(id, PtyControl::Resize(TermSize { cols, rows }));
+                    }
+                    _ => protocol_error(
+                        &nvim,
+                        "pty_resize: \"cols\" and \"rows\" must be non-negative integers"
+                            .to_owned(),
+                    ),
                 }
             }
-            other => tracing::warn!("unknown notification {other}"),
+            other => protocol_error(&nvim, format!("Unknown notification: {other}")),
         }
     }
 }
 
 impl Backend {
-    async fn run(&self, params: serde_json::Map<String, serde_json::Value>, nvim: Nvim) {
-        let id = params.get("id").and_then(|v| v.as_i64()).unwrap_or(-1);
+    async fn run(&self, id: i64, params: serde_json::Map<String, serde_json::Value>, nvim: Nvim) {
         let origin = match params.get("origin").and_then(|v| v.as_str()) {
             Some("tool") => Origin::Tool,
-            _ => Origin::Bang,
+            None | Some("bang") => Origin::Bang,
+            Some(_) => {
+                let msg = "\"origin\" must be \"bang\" or \"tool\"";
+                return send(&nvim, error_event(id, msg)).await;
+            }
         };
         let mut req = match super::rpc::request_from(&params, origin) {
             Ok(r) => r,
@@ -415,6 +485,12 @@ impl Backend {
     }
 }
 
+/// An integer field of the first argument (a map), read without converting anything else.
+fn raw_field_i64(args: &[Value], key: &str) -> Option<i64> {
+    let Some(Value::Map(m)) = args.first() else { return None };
+    m.iter().find(|(k, _)| k.as_str() == Some(key)).and_then(|(_, v)| v.as_i64())
+}
+
 /// A field of the first argument (a map) as raw bytes (msgpack str or bin).
 fn raw_field(args: &[Value], key: &str) -> Option<Vec<u8>> {
     let Some(Value::Map(m)) = args.first() else { return None };
@@ -472,11 +548,100 @@ fn map(entries: Vec<(&str, Value)>) -> Value {
     Value::Map(entries.into_iter().map(|(k, v)| (Value::from(k), v)).collect())
 }
 
-/// The first argument of a call as a JSON object (Lua tables arrive as msgpack maps).
-fn params(args: &[Value]) -> serde_json::Map<String, serde_json::Value> {
-    match args.first().map(msgpack_to_json) {
-        Some(serde_json::Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
+/// The first argument of a call as a JSON object (Lua tables arrive as msgpack maps; an empty
+/// table or no argument is no parameters). Strings must be UTF-8, except under the `raw` keys.
+pub fn params(
+    args: &[Value],
+    raw: &[&str],
+) -> std::result::Result<serde_json::Map<String, serde_json::Value>, String> {
+    match args.first() {
+        None | Some(Value::Nil) => Ok(serde_json::Map::new()),
+        Some(Value::Array(a)) if a.is_empty() => Ok(serde_json::Map::new()),
+        Some(Value::Map(m)) => {
+            for (k, v) in m {
+                let key = k.as_str().unwrap_or("");
+                if !raw.contains(&key) {
+                    utf8(k, key)?;
+                    utf8(v, key)?;
+                }
+            }
+            match msgpack_to_json(&Value::Map(m.clone())) {
+                serde_json::Value::Object(m) => Ok(m),
+                _ => Ok(serde_json::Map::new()),
+            }
+        }
+        Some(other) => Err(format!("expected a table of parameters, got {}", frame::kind(other))),
+    }
+}
+
+/// Refuses strings that are not UTF-8 anywhere inside `v` (a command must not be guessed at).
+fn utf8(v: &Value, key: &str) -> std::result::Result<(), String> {
+    match v {
+        Value::String(s) if s.as_str().is_none() => Err(format!("\"{key}\" is not valid UTF-8")),
+        Value::Binary(b) if std::str::from_utf8(b).is_err() => {
+            Err(format!("\"{key}\" is not valid UTF-8"))
+        }
+        Value::Array(a) => a.iter().try_for_each(|x| utf8(x, key)),
+        Value::Map(m) => m.iter().try_for_each(|(k, x)| utf8(k, key).and_then(|()| utf8(x, key))),
+        _ => Ok(()),
+    }
+}
+
+/// The reason the framer gave for a message it replaced.
+fn malformed_reason(args: &[Value]) -> String {
+    let reason = args.first().and_then(|v| v.as_str()).unwrap_or("malformed message");
+    format!("malformed message from Neovim: {reason}")
+}
+
+/// Tells the user (and the log) about a notification that could not be acted on: it has no
+/// answer to carry an error. At most one a second reaches the editor.
+fn protocol_error(nvim: &Nvim, message: String) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    tracing::warn!("{message}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if LAST.swap(now, Ordering::Relaxed) == now {
+        return;
+    }
+    let ev = map(vec![("type", Value::from("protocol_error")), ("message", Value::from(message))]);
+    let nvim = nvim.clone();
+    tokio::spawn(async move { send(&nvim, ev).await });
+}
+
+/// Copies Neovim's input to nvim-rs through the framer (see `frame`).
+async fn guard_input(
+    mut input: impl tokio::io::AsyncRead + Unpin,
+    mut to: tokio::io::DuplexStream,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut framer = frame::Framer::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match input.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("reading from Neovim: {e}");
+                break;
+            }
+        };
+        for f in framer.feed(&buf[..n]) {
+            let bytes = match f {
+                frame::Frame::Message(b) => b,
+                frame::Frame::Replaced(b, reason) => {
+                    tracing::warn!("malformed input from Neovim: {reason}");
+                    b
+                }
+            };
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    }
+    if framer.in_message() {
+        tracing::warn!("input from Neovim ended inside a message: dropped");
     }
 }
 

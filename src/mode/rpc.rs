@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::{LiveUpdate, Origin, Request, Runtime, Settings, UpdateFn};
@@ -29,10 +29,20 @@ pub struct RpcArgs {
     pub session_id: Option<String>,
 }
 
-/// Longest request line accepted; longer lines are answered with a parse error.
-const MAX_LINE: usize = 16 << 20;
+/// Longest request line accepted: a command with its options fits many times over. A longer
+/// line is refused with a parse error while it streams by, never held whole (SPEC §9).
+pub const MAX_LINE: usize = 1 << 20;
+/// Lines waiting for stdout. When the client stops reading, senders wait here (back-pressure):
+/// final responses are never dropped, live updates are coalesced per tool call.
+const OUT_QUEUE: usize = 16;
+/// Requests running at once; past this the reader stops reading stdin until one finishes.
+const MAX_RUNNING: usize = 256;
+/// After stdin closes, running requests get this long to finish before they are cancelled.
+const EOF_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+/// After that cancel, how long answers may take to reach a client that no longer reads.
+const EXIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
-type Out = mpsc::UnboundedSender<String>;
+type Out = mpsc::Sender<String>;
 
 struct State {
     rt: Arc<Runtime>,
@@ -44,7 +54,8 @@ struct State {
     next: std::sync::atomic::AtomicU64,
 }
 
-/// Runs the JSON-lines mode until stdin closes (then waits for running requests) or a signal.
+/// Runs the JSON-lines mode until stdin closes or a signal. At end of stdin, running requests
+/// get [`EOF_GRACE`] to finish, then are cancelled (trees killed) and answered as cancelled.
 pub async fn run(args: RpcArgs) -> Result<i32> {
     let settings = match &args.config {
         Some(p) => Settings::load(p)?,
@@ -52,7 +63,7 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
     };
     let rt = super::start_runtime(settings, args.session_id.as_deref())?;
     tokio::spawn(rt.clone().evict_loop());
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let (tx, mut rx) = mpsc::channel::<String>(OUT_QUEUE);
     let writer = tokio::spawn(async move {
         let mut stdout = stdio_writer();
         while let Some(mut line) = rx.recv().await {
@@ -60,7 +71,10 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
             if stdout.write_all(line.as_bytes()).await.is_err() {
                 break;
             }
-            let _ = stdout.flush().await;
+            // Flush only when nothing else is waiting: one syscall for a burst of lines.
+            if rx.is_empty() && stdout.flush().await.is_err() {
+                break;
+            }
         }
     });
     let state = Arc::new(State {
@@ -70,47 +84,67 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
         tools: Mutex::new(HashMap::new()),
         next: std::sync::atomic::AtomicU64::new(0),
     });
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_RUNNING));
     let mut tasks = tokio::task::JoinSet::new();
     let mut lines = BufReader::with_capacity(64 * 1024, stdio_reader());
     let mut buf = Vec::new();
     let signal = super::wait_for_signal();
     tokio::pin!(signal);
+    let mut signalled = false;
     loop {
         buf.clear();
         let read = tokio::select! {
-            r = read_line(&mut lines, &mut buf) => r,
-            _ = &mut signal => { cancel_all(&state); break; }
+            r = read_line(&mut lines, &mut buf, &state.out) => r,
+            _ = &mut signal => { signalled = true; cancel_all(&state); break; }
         };
         match read {
-            Ok(false) => break,
-            Ok(true) => {}
+            Ok(Line::Eof) => break,
+            Ok(Line::Done) => {}
+            Ok(Line::TooLong) => continue,
             Err(e) => {
                 tracing::warn!("stdin: {e}");
                 break;
             }
         }
-        if buf.len() > MAX_LINE {
-            send(&state.out, parse_error(None, "request line too long"));
-            continue;
-        }
         let text = String::from_utf8_lossy(&buf);
         if text.trim().is_empty() {
             continue;
         }
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p,
+            _ = &mut signal => { signalled = true; cancel_all(&state); break; }
+        };
         let st = state.clone();
         let text = text.into_owned();
-        tasks.spawn(async move { handle(&st, &text).await });
+        tasks.spawn(async move {
+            handle(&st, &text).await;
+            drop(permit);
+        });
         while tasks.try_join_next().is_some() {}
     }
-    // stdin closed: let running requests finish (a signal cancelled them above).
-    let signal2 = super::wait_for_signal();
-    tokio::select! {
-        _ = async { while tasks.join_next().await.is_some() {} } => {}
-        _ = signal2 => { cancel_all(&state); while tasks.join_next().await.is_some() {} }
+    // stdin closed (SPEC §9): the client is gone. Running requests get a grace period, then are
+    // cancelled and answered as cancelled; a signal cancels at once.
+    if !signalled {
+        let finished = tokio::select! {
+            r = tokio::time::timeout(EOF_GRACE, async { while tasks.join_next().await.is_some() {} }) => r.is_ok(),
+            _ = &mut signal => false,
+        };
+        if !finished {
+            tracing::info!("stdin closed: cancelling {} running request(s)", tasks.len());
+            cancel_all(&state);
+        }
+    }
+    // Answers may still be stuck behind a client that stopped reading: bounded wait.
+    let drained =
+        tokio::time::timeout(EXIT_DEADLINE, async { while tasks.join_next().await.is_some() {} })
+            .await;
+    if drained.is_err() {
+        tracing::warn!("client stopped reading: {} answer(s) dropped at exit", tasks.len());
+        tasks.abort_all();
     }
     rt.shutdown().await;
     drop(state);
-    let _ = writer.await;
+    let _ = tokio::time::timeout(EXIT_DEADLINE, writer).await;
     Ok(0)
 }
 
@@ -139,19 +173,68 @@ fn dup_fd(fd: i32) -> Option<std::os::fd::OwnedFd> {
     (new >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(new) })
 }
 
-/// Reads one line (without its newline) into `buf`; false at EOF with nothing read.
+/// What [`read_line`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// End of input with nothing read.
+    Eof,
+    /// A line (its newline removed) is in the buffer.
+    Done,
+    /// A line longer than [`MAX_LINE`]: refused and skipped.
+    TooLong,
+}
+
+/// Reads one line (without its newline) into `buf`, holding at most [`MAX_LINE`] bytes of it: a
+/// longer line is answered with a parse error as soon as it crosses the limit, and the rest of
+/// it is read and dropped chunk by chunk.
 async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
-) -> std::io::Result<bool> {
-    let n = r.read_until(b'\n', buf).await?;
-    if n == 0 {
-        return Ok(false);
+    out: &Out,
+) -> std::io::Result<Line> {
+    let mut any = false;
+    let mut too_long = false;
+    loop {
+        let chunk = r.fill_buf().await?;
+        if chunk.is_empty() {
+            // EOF: a last line without its newline still counts.
+            return Ok(match (any, too_long) {
+                (false, _) => Line::Eof,
+                (true, true) => Line::TooLong,
+                (true, false) => Line::Done,
+            });
+        }
+        any = true;
+        let (take, end) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        if !too_long {
+            if buf.len() + take > MAX_LINE {
+                too_long = true;
+                // The id is echoed when the part we saw names one (SPEC §9, Ours).
+                let seen = String::from_utf8_lossy(buf);
+                let id = sniff_id(&seen);
+                let msg = format!("request line longer than {MAX_LINE} bytes");
+                buf.clear();
+                buf.shrink_to(64 * 1024);
+                let _ = out.send(parse_error(id.as_ref(), &msg).to_string()).await;
+            } else {
+                buf.extend_from_slice(&chunk[..take]);
+            }
+        }
+        r.consume(take + usize::from(end));
+        if end {
+            break;
+        }
     }
-    while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+    if too_long {
+        return Ok(Line::TooLong);
+    }
+    while buf.last().is_some_and(|b| *b == b'\r') {
         buf.pop();
     }
-    Ok(true)
+    Ok(Line::Done)
 }
 
 fn cancel_all(state: &State) {
@@ -163,8 +246,9 @@ fn cancel_all(state: &State) {
     }
 }
 
-fn send(out: &Out, v: Value) {
-    let _ = out.send(v.to_string());
+/// Queues a line for stdout, waiting while the queue is full (back-pressure).
+async fn send(out: &Out, v: Value) {
+    let _ = out.send(v.to_string()).await;
 }
 
 fn parse_error(id: Option<&Value>, msg: &str) -> Value {
@@ -200,41 +284,50 @@ fn response(
     v
 }
 
-async fn handle(state: &Arc<State>, line: &str) {
+/// A request line decoded: its id (when it has one), its type and its fields.
+pub type Decoded = (Option<Value>, String, Map<String, Value>);
+
+/// Decodes one request line, or returns the parse error to answer (SPEC §9).
+pub fn decode_line(line: &str) -> std::result::Result<Decoded, Value> {
     let req: Value = match serde_json::from_str(line) {
         Ok(v) => v,
-        Err(e) => {
-            // Echo the id when it can be read at all (SPEC §9, Ours).
-            let id = sniff_id(line);
-            send(&state.out, parse_error(id.as_ref(), &e.to_string()));
-            return;
-        }
+        // Echo the id when it can be read at all (SPEC §9, Ours).
+        Err(e) => return Err(parse_error(sniff_id(line).as_ref(), &e.to_string())),
     };
-    let Some(obj) = req.as_object() else {
-        send(&state.out, parse_error(None, "expected a JSON object"));
-        return;
+    let Value::Object(obj) = req else {
+        return Err(parse_error(None, "expected a JSON object"));
     };
     let id = obj.get("id").cloned();
-    let Some(kind) = obj.get("type").and_then(Value::as_str) else {
-        send(&state.out, parse_error(id.as_ref(), "missing \"type\""));
-        return;
+    let Some(kind) = obj.get("type").and_then(Value::as_str).map(str::to_owned) else {
+        return Err(parse_error(id.as_ref(), "missing \"type\""));
     };
+    Ok((id, kind, obj))
+}
+
+async fn handle(state: &Arc<State>, line: &str) {
+    let (id, kind, obj) = match decode_line(line) {
+        Ok(d) => d,
+        Err(e) => return send(&state.out, e).await,
+    };
+    let (kind, obj) = (kind.as_str(), &obj);
     match kind {
         "bash" => bash(state, id, obj).await,
         "abort_bash" => {
             if let Ok(b) = state.bangs.lock() {
                 b.values().for_each(|c| c.cancel());
             }
-            send(&state.out, response(id.as_ref(), "abort_bash", Ok(None)));
+            send(&state.out, response(id.as_ref(), "abort_bash", Ok(None))).await;
         }
         "tool_call" => tool_call(state, id, obj).await,
-        "get_context" => {
-            let data = json!({"messages": super::context_json(&state.rt)});
-            send(&state.out, response(id.as_ref(), "get_context", Ok(Some(data))));
-        }
-        "history" => {
-            let data = json!({"runs": super::history_json(&state.rt)});
-            send(&state.out, response(id.as_ref(), "history", Ok(Some(data))));
+        "get_context" | "history" => {
+            let res = super::page_args(obj).map(|(offset, limit)| {
+                Some(if kind == "history" {
+                    super::history_json(&state.rt, offset, limit)
+                } else {
+                    super::context_json(&state.rt, offset, limit)
+                })
+            });
+            send(&state.out, response(id.as_ref(), kind, res)).await;
         }
         "abort_tool_call" => {
             let target = obj.get("target").map(id_key);
@@ -244,13 +337,14 @@ async fn handle(state: &Arc<State>, line: &str) {
             };
             let res =
                 if found { Ok(None) } else { Err("No running tool call with that id".into()) };
-            send(&state.out, response(id.as_ref(), "abort_tool_call", res));
+            send(&state.out, response(id.as_ref(), "abort_tool_call", res)).await;
         }
         other => {
             send(
                 &state.out,
                 response(id.as_ref(), other, Err(format!("Unknown command: {other}"))),
-            );
+            )
+            .await;
         }
     }
 }
@@ -301,7 +395,7 @@ fn get_timeout(obj: &Map<String, Value>) -> std::result::Result<Option<f64>, Str
     }
 }
 
-pub(crate) fn request_from(
+pub fn request_from(
     obj: &Map<String, Value>,
     origin: Origin,
 ) -> std::result::Result<Request, String> {
@@ -336,7 +430,7 @@ pub(crate) fn request_from(
 async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
     let req = match request_from(obj, Origin::Bang) {
         Ok(r) => r,
-        Err(e) => return send(&state.out, response(id.as_ref(), "bash", Err(e))),
+        Err(e) => return send(&state.out, response(id.as_ref(), "bash", Err(e))).await,
     };
     let exclude = obj.get("exclude_from_context").and_then(Value::as_bool).unwrap_or(false);
     let (command, cwd) = (req.command.clone(), req.cwd.clone().unwrap_or_default());
@@ -355,13 +449,13 @@ async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
         super::record_bang(&state.rt, &command, &cwd, r, exclude);
     }
     let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
-    send(&state.out, response(id.as_ref(), "bash", res));
+    send(&state.out, response(id.as_ref(), "bash", res)).await;
 }
 
 async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
     let req = match request_from(obj, Origin::Tool) {
         Ok(r) => r,
-        Err(e) => return send(&state.out, response(id.as_ref(), "tool_call", Err(e))),
+        Err(e) => return send(&state.out, response(id.as_ref(), "tool_call", Err(e))).await,
     };
     // Requests without an id still need a key of their own for `abort_tool_call` bookkeeping.
     let n = state.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -375,8 +469,10 @@ async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Valu
     if let Some(id) = &id {
         start["id"] = id.clone();
     }
-    send(&state.out, start);
-    let out = state.out.clone();
+    send(&state.out, start).await;
+    // Live updates are coalesced: a client that reads slowly gets the latest state, never a
+    // queue of old ones (each carries the whole current tail).
+    let (utx, mut urx) = watch::channel::<Option<String>>(None);
     let upd_id = id.clone();
     let on_update: UpdateFn = Arc::new(move |u: LiveUpdate| {
         // The final state travels in `tool_execution_end`.
@@ -388,9 +484,23 @@ async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Valu
         if let Some(id) = &upd_id {
             v["id"] = id.clone();
         }
-        let _ = out.send(v.to_string());
+        utx.send_replace(Some(v.to_string()));
+    });
+    let out = state.out.clone();
+    let forwarder = tokio::spawn(async move {
+        while urx.changed().await.is_ok() {
+            let line = urx.borrow_and_update().clone();
+            if let Some(line) = line {
+                if out.send(line).await.is_err() {
+                    break;
+                }
+            }
+        }
     });
     let res = state.rt.run(req, cancel, Some(on_update)).await;
+    // An update still waiting for room is superseded by the end event.
+    forwarder.abort();
+    let _ = forwarder.await;
     if let Ok(mut t) = state.tools.lock() {
         t.remove(&key);
     }
@@ -402,9 +512,9 @@ async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Valu
     if let Some(id) = &id {
         end["id"] = id.clone();
     }
-    send(&state.out, end);
+    send(&state.out, end).await;
     let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
-    send(&state.out, response(id.as_ref(), "tool_call", res));
+    send(&state.out, response(id.as_ref(), "tool_call", res)).await;
 }
 
 fn to_value(r: &BashResult) -> Value {

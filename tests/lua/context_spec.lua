@@ -12,12 +12,23 @@ vim.o.lines, vim.o.columns = 40, 120
 local record = {} -- what get_context answers
 local entries = {} -- what history answers
 local requests = {}
+--- A page of `list` as the backend answers it (offset nil: the last page).
+local function page(list, params)
+  local limit = math.min(params.limit or 50, 200)
+  local offset = params.offset or math.max(0, #list - limit)
+  return vim.list_slice(vim.deepcopy(list), offset + 1, offset + limit), math.min(offset, #list)
+end
+
+local asked = {} -- params of each request
 backend.request = function(method, params)
   requests[#requests + 1] = method
+  asked[#asked + 1] = params
   if method == 'get_context' then
-    return true, vim.deepcopy(record)
+    local items, offset = page(record, params)
+    return true, { messages = items, offset = offset, total = #record }
   elseif method == 'history' then
-    return true, vim.deepcopy(entries)
+    local items, offset = page(entries, params)
+    return true, { runs = items, offset = offset, total = #entries }
   end
   return false, 'unknown ' .. method
 end
@@ -128,6 +139,39 @@ t.describe('context', function()
     bang('g')
     t.eq({ 'Ran `g`\n```\n(no output)\n```' }, contents(got))
     ab.on_context(nil)
+  end)
+
+  t.it('a finished bang command asks only for the messages past the cursor', function()
+    ab.take_pending()
+    for i = 1, 300 do -- a long session, recorded before this editor looked
+      record[#record + 1] = { role = 'user', content = 'old ' .. i }
+    end
+    asked = {}
+    bang('echo one')
+    -- Paged from the cursor: every page holds only new messages, and the old ones come once.
+    local offsets = vim.tbl_map(function(p)
+      return p.offset
+    end, asked)
+    t.eq({ #record - 301, #record - 101 }, offsets)
+    local got = ab.take_pending()
+    t.eq(301, #got)
+    t.eq('Ran `echo one`\n```\n(no output)\n```', got[#got].content)
+    asked = {}
+    bang('echo two')
+    t.eq({ { offset = #record - 1, limit = 200 } }, asked)
+    t.eq({ 'Ran `echo two`\n```\n(no output)\n```' }, contents(ab.take_pending()))
+  end)
+
+  t.it('context() and history() are paged', function()
+    local msgs, err, total = ab.context({ offset = 1, limit = 2 })
+    t.eq(nil, err)
+    t.eq(#record, total)
+    t.eq({ record[2].content, record[3].content }, contents(msgs))
+    msgs = ab.context({ limit = 1 })
+    t.eq({ record[#record].content }, contents(msgs))
+    t.raises(function()
+      ab.context({ offset = 'x' })
+    end, 'opts.offset')
   end)
 
   t.it('validates its arguments', function()

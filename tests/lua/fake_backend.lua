@@ -13,7 +13,7 @@
 --                         runs until cancelled
 -- `pty_log` returns what PTY runs saw: the `_open` answers, pty_input and pty_resize params;
 -- `last_run` the params of the last `run`.
--- artifact://1 → text; artifact://8 → string error; others → [type, message] error.
+-- artifact://1 → a file's path; artifact://8 → string error; others → [type, message] error.
 -- The argv it got is available as the `argv` request.
 
 local uv = vim.uv
@@ -121,13 +121,18 @@ local function request(id, method, p)
     send({ 1, id, vim.NIL, last_run or vim.NIL })
   elseif method == 'argv' then
     send({ 1, id, vim.NIL, { unpack(_G.arg) } })
-  elseif method == 'artifact' then
+  elseif method == 'artifact_path' then
     if p.url == 'artifact://1' then
+      -- Like the backend: the path of a file Neovim reads itself.
       local text = {}
       for i = 1, 100 do
         text[i] = 'line ' .. i
       end
-      send({ 1, id, vim.NIL, table.concat(text, '\n') .. '\n' })
+      local path = os.tmpname()
+      local f = assert(io.open(path, 'w'))
+      f:write(table.concat(text, '\n') .. '\n')
+      f:close()
+      send({ 1, id, vim.NIL, path })
     elseif p.url == 'artifact://8' then
       send({ 1, id, 'Artifact 8 not found. Available: 1', vim.NIL })
     else

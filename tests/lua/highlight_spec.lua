@@ -70,3 +70,57 @@ t.describe('groups', function()
     end
   end)
 end)
+
+t.describe('bounded groups', function()
+  local function ansi_groups()
+    local n = 0
+    for name in pairs(vim.api.nvim_get_hl(0, {})) do
+      if name:find('^AgentBashAnsi_') then
+        n = n + 1
+      end
+    end
+    return n
+  end
+
+  t.it('thousands of truecolour styles never make more than max_named + max_recycled groups', function()
+    local before = ansi_groups()
+    local used = {}
+    for i = 1, 5000 do
+      local fg = ('#%06x'):format((i * 2654435761) % 0x1000000)
+      local style = { fg = fg, bold = i % 2 == 0 }
+      local group = hl.ensure(hl.style_group(style), style)
+      used[#used + 1] = { group, fg }
+      -- The group just returned carries this style, whatever was recycled for it.
+      t.eq(tonumber(fg:sub(2), 16), vim.api.nvim_get_hl(0, { name = group }).fg)
+    end
+    t.ok(ansi_groups() - before <= hl.max_named + hl.max_recycled, 'groups made: ' .. (ansi_groups() - before))
+    t.ok(ansi_groups() >= hl.max_named, 'named groups were used first')
+    -- The most recent styles still hold their colours.
+    for i = #used - hl.max_recycled + 1, #used do
+      t.eq(tonumber(used[i][2]:sub(2), 16), vim.api.nvim_get_hl(0, { name = used[i][1] }).fg)
+    end
+  end)
+
+  t.it('a style used again keeps its group; the least recently used one is recycled', function()
+    local keep = { fg = '#010203' }
+    local keep_group = hl.ensure(hl.style_group(keep), keep)
+    for i = 1, hl.max_recycled - 1 do
+      local s = { fg = ('#%06x'):format(0x200000 + i) }
+      hl.ensure(hl.style_group(s), s)
+      t.eq(keep_group, hl.ensure(hl.style_group(keep), keep)) -- used again: stays
+    end
+    for i = 1, hl.max_recycled do
+      local s = { fg = ('#%06x'):format(0x300000 + i) }
+      hl.ensure(hl.style_group(s), s)
+    end
+    local again = hl.ensure(hl.style_group(keep), keep)
+    t.eq(tonumber('010203', 16), vim.api.nvim_get_hl(0, { name = again }).fg)
+  end)
+
+  t.it('recycled groups survive :colorscheme', function()
+    local s = { fg = '#0a0b0c' }
+    local group = hl.ensure(hl.style_group(s), s)
+    vim.cmd('colorscheme default')
+    t.eq(tonumber('0a0b0c', 16), vim.api.nvim_get_hl(0, { name = group }).fg)
+  end)
+end)

@@ -9,3 +9,4 @@ mod pty;
 mod rpc;
 mod shell;
 mod support;
+mod wires;
