@@ -30,6 +30,14 @@ pub const TAIL_KEEP: u64 = 4 << 20;
 /// past this they fall back to a character boundary, so one giant line cannot empty a part.
 const BOUNDARY_SEARCH: usize = 64 << 10;
 
+/// How many bytes at the start of the stream an artifact capped at `cap` keeps verbatim, so
+/// that line numbers there are those of the stream (the rest may be elided, SPEC §4.2).
+pub fn verbatim_prefix(cap: u64) -> u64 {
+    let cap = cap.saturating_sub(ELISION_RESERVE);
+    let tail_keep = TAIL_KEEP.min(cap / 2);
+    (cap - tail_keep).saturating_sub(BOUNDARY_SEARCH as u64)
+}
+
 /// File name suffix of an artifact: `<id>.bash.log`.
 const SUFFIX: &str = ".bash.log";
 

@@ -26,6 +26,7 @@ pub mod intercept;
 pub mod mode;
 pub mod normalize;
 pub mod pty;
+pub mod rescue;
 pub mod result;
 pub mod sanitize;
 pub mod session;

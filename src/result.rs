@@ -1,10 +1,14 @@
 //! SPEC §7: `BashResult` and the model-facing text (notices, exit-code wording).
 //!
-//! The text is built from up to four parts, each present only when it applies, separated by
+//! The text is built from up to five parts, each present only when it applies, separated by
 //! exactly one blank line:
 //!
 //! ```text
 //! [Command timed out after 300 seconds]        timeout or cancel annotation: always first
+//!
+//! [Earlier in the output (artifact://3 lines):] rescued lines of the part the window cut
+//! 12: error[E0308]: mismatched types            (SPEC §7, `crate::rescue`)
+//! […]
 //!
 //! <the output, or "(no output)">
 //!
@@ -22,6 +26,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::rescue::{self, Rescued};
 use crate::sink::{SinkOutput, TruncatedBy};
 
 /// What the model (and the RPC client) gets for one command.
@@ -65,6 +70,9 @@ pub struct BashResult {
     /// The interception (§2) that blocked the command instead of running it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked: Option<serde_json::Value>,
+    /// Diagnostics of the part the window cut off, with their artifact line numbers (§7).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rescued: Vec<Rescued>,
 }
 
 /// Truncation metadata (SPEC §7), present exactly when the text is not the whole output.
@@ -81,6 +89,8 @@ pub struct Truncation {
     pub artifact_id: Option<u64>,
     /// The window's byte limit, as the notice shows it (renderers word their own warning).
     pub limit_bytes: u64,
+    /// The window's line limit, shown instead when `truncated_by` is `lines`.
+    pub limit_lines: u64,
 }
 
 /// Which end of the output the window keeps; the sink always keeps the tail.
@@ -134,6 +144,11 @@ pub fn shape(
         output_bytes: sink.output_bytes,
         artifact_id: sink.artifact_id,
         limit_bytes,
+        limit_lines: if sink.limit_lines > 0 {
+            sink.limit_lines
+        } else {
+            crate::sink::DEFAULT_MAX_LINES as u64
+        },
     });
 
     let annotation = match outcome {
@@ -154,6 +169,10 @@ pub fn shape(
     let mut text = String::with_capacity(body.len() + 160);
     if let Some(annotation) = &annotation {
         text.push_str(annotation);
+        text.push_str("\n\n");
+    }
+    if let Some(block) = rescue::block(&sink.rescued, sink.artifact_id) {
+        text.push_str(&block);
         text.push_str("\n\n");
     }
     let after: Vec<&str> = notice.iter().chain(&exit_line).map(String::as_str).collect();
@@ -185,6 +204,7 @@ pub fn shape(
         truncation,
         text: sink.text.clone(),
         is_error: *outcome != Outcome::Exited(0),
+        rescued: sink.rescued,
         ..BashResult::default()
     }
 }
@@ -207,20 +227,28 @@ pub fn format_size(bytes: u64) -> String {
     format!("{value:.1}GB")
 }
 
-/// `[Showing lines A-B of T (<size> limit). Full: artifact://<id>]`.
-/// `[Showing lines A-B of T (<size> limit). Full: artifact://<id>]` (SPEC §7).
+/// `[Showing lines A-B of T (<limit> limit). Full: artifact://<id>]` (SPEC §7): the limit that
+/// cut, `50.0KB` when bytes did, `2000 lines` when lines did.
 pub fn truncation_notice(truncation: &Truncation, limit_bytes: u64) -> String {
     let ShownRange { start, end } = truncation.shown_range;
     let mut notice = format!(
         "[Showing lines {start}-{end} of {} ({} limit)",
         truncation.total_lines,
-        format_size(limit_bytes)
+        limit_words(truncation, limit_bytes)
     );
     if let Some(id) = truncation.artifact_id {
         notice.push_str(&format!(". Full: artifact://{id}"));
     }
     notice.push(']');
     notice
+}
+
+/// The limit that cut, as the notice words it: `50.0KB` or `2000 lines`.
+pub fn limit_words(truncation: &Truncation, limit_bytes: u64) -> String {
+    match truncation.truncated_by {
+        TruncatedBy::Lines => format!("{} lines", truncation.limit_lines),
+        TruncatedBy::Bytes => format_size(limit_bytes),
+    }
 }
 
 /// The sink's range, or, if it gave none, the last `output_lines` lines.
@@ -339,6 +367,58 @@ mod tests {
     }
 
     #[test]
+    fn notice_names_the_limit_that_cut() {
+        let by_lines = SinkOutput {
+            truncated_by: Some(TruncatedBy::Lines),
+            limit_lines: 2000,
+            ..truncated("x\n", Some(3))
+        };
+        let r = shape(by_lines, &Outcome::Exited(0), Duration::ZERO, LIMIT);
+        assert!(
+            r.output.ends_with(
+                "[Showing lines 9001-10000 of 10000 (2000 lines limit). Full: artifact://3]"
+            ),
+            "{}",
+            r.output
+        );
+        let by_bytes = shape(truncated("x\n", Some(3)), &Outcome::Exited(0), Duration::ZERO, LIMIT);
+        assert!(
+            by_bytes.output.ends_with("(50.0KB limit). Full: artifact://3]"),
+            "{}",
+            by_bytes.output
+        );
+    }
+
+    #[test]
+    fn rescued_lines_come_before_the_tail() {
+        let rescued = vec![
+            Rescued { line: 12, text: "error[E0308]: mismatched types".into() },
+            Rescued { line: 13, text: " --> src/main.rs:2:18".into() },
+        ];
+        let sink = SinkOutput { rescued: rescued.clone(), ..truncated("tail\n", Some(3)) };
+        let r = shape(sink, &Outcome::Exited(101), Duration::ZERO, LIMIT);
+        assert_eq!(
+            r.output,
+            "[Earlier in the output (artifact://3 lines):]\n12: error[E0308]: mismatched types\n\
+             13:  --> src/main.rs:2:18\n[\u{2026}]\n\ntail\n\n\
+             [Showing lines 9001-10000 of 10000 (50.0KB limit). Full: artifact://3]\n\n\
+             Command exited with code 101"
+        );
+        assert_eq!(r.rescued, rescued);
+        let value = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            value["rescued"][0],
+            json!({"line": 12, "text": "error[E0308]: mismatched types"})
+        );
+        // After a timeout annotation, before the tail.
+        let sink = SinkOutput { rescued, ..truncated("tail\n", Some(3)) };
+        let r = shape(sink, &Outcome::TimedOut(Duration::from_secs(5)), Duration::ZERO, LIMIT);
+        assert!(r
+            .output
+            .starts_with("[Command timed out after 5 seconds]\n\n[Earlier in the output"));
+    }
+
+    #[test]
     fn format_size_table() {
         let cases = [
             (0, "0B"),
@@ -446,6 +526,7 @@ mod tests {
                 "output_bytes": 51100,
                 "artifact_id": 3,
                 "limit_bytes": 51200,
+                "limit_lines": 2000,
             })
         );
         let without_artifact =

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::artifacts::{ArtifactStore, ArtifactWriter, DEFAULT_ARTIFACT_CAP};
+use crate::artifacts::{self, ArtifactStore, ArtifactWriter, DEFAULT_ARTIFACT_CAP};
+use crate::rescue::{Rescue, Rescued};
 
 /// Why the window is shorter than the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -45,6 +46,10 @@ pub struct SinkOutput {
     /// 1-based inclusive line range of the full output that `text` shows.
     pub shown_range: Option<(u64, u64)>,
     pub artifact_id: Option<u64>,
+    /// Diagnostics of the part of the output the window cut off (SPEC §7, [`crate::rescue`]).
+    pub rescued: Vec<Rescued>,
+    /// The window's line limit (the truncation notice names it when lines cut).
+    pub limit_lines: u64,
 }
 
 /// Window size limit in bytes (SPEC §4.2: 50 KiB).
@@ -106,6 +111,8 @@ pub struct Sink {
     artifact: Option<ArtifactWriter>,
     artifact_id: Option<u64>,
     artifact_error: Option<String>,
+    /// Rescued lines (SPEC §7); none with a head limit, whose window keeps the start anyway.
+    rescue: Option<Rescue>,
 }
 
 impl Sink {
@@ -125,7 +132,17 @@ impl Sink {
             artifact: None,
             artifact_id: None,
             artifact_error: None,
+            rescue: config
+                .head
+                .is_none()
+                .then(|| Rescue::new(artifacts::verbatim_prefix(config.artifact_cap))),
         }
+    }
+
+    /// Turns rescued lines off (benchmarks compare the sink with and without them).
+    pub fn without_rescue(mut self) -> Self {
+        self.rescue = None;
+        self
     }
 
     /// Takes the next chunk of sanitized text (any size, not necessarily whole lines).
@@ -167,6 +184,10 @@ impl Sink {
             head.push(text);
         }
         self.window.push(text, newlines);
+        if let Some(rescue) = &mut self.rescue {
+            rescue.push(text, newlines);
+            rescue.settle(self.window.first_line());
+        }
     }
 
     /// The current tail window (for live updates).
@@ -242,6 +263,12 @@ impl Sink {
         let truncated_by = truncated.then(|| selected.cut_by());
         let shown_range =
             (output_lines > 0).then(|| (selected_lines + 1 - output_lines, selected_lines));
+        let rescued = match (self.rescue.take(), truncated) {
+            (Some(rescue), true) => {
+                rescue.finish(shown_range.map_or(selected_lines + 1, |r| r.0), text)
+            }
+            _ => Vec::new(),
+        };
         SinkOutput {
             text: text.to_owned(),
             total_bytes,
@@ -252,6 +279,8 @@ impl Sink {
             truncated_by,
             shown_range,
             artifact_id: self.artifact_id,
+            rescued,
+            limit_lines: selected.max_lines as u64,
         }
     }
 
@@ -377,6 +406,11 @@ impl Window {
 
     fn pushed_lines(&self) -> u64 {
         self.pushed_newlines + u64::from(self.pushed_bytes > 0 && !self.ends_with_newline)
+    }
+
+    /// Number of the window's first line (partly shown when the window starts mid-line).
+    fn first_line(&self) -> u64 {
+        self.pushed_lines() + 1 - self.lines_from(self.start, self.newlines) as u64
     }
 
     /// The whole stream; only meaningful while it fits the window (nothing dropped yet).
