@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
+use crate::rescue::Rescue;
 use crate::Error;
 
 /// Default size cap of one artifact file (SPEC §4.2 Ours: 32 MiB, configurable).
@@ -445,24 +446,36 @@ pub struct ArtifactWriter {
     sender: Option<SyncSender<Vec<u8>>>,
     /// Buffers the thread is done with, for reuse.
     spare: Receiver<Vec<u8>>,
-    thread: Option<JoinHandle<io::Result<()>>>,
+    /// The thread's result: the file's, and the rescue it ran over the stream.
+    thread: Option<JoinHandle<io::Result<Option<Rescue>>>>,
 }
 
 impl ArtifactWriter {
     /// Starts the thread writing `file` through a [`CappedWriter`] with this cap.
     pub fn spawn(file: File, cap: u64) -> io::Result<Self> {
+        Self::spawn_with(file, cap, None)
+    }
+
+    /// Like [`spawn`](Self::spawn), also running `rescue` over every byte written (SPEC §7
+    /// rescued lines: on this thread, their cost stays off the output path).
+    pub fn spawn_with(file: File, cap: u64, rescue: Option<Rescue>) -> io::Result<Self> {
         let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(QUEUE);
         let (give_back, spare) = mpsc::channel();
         let thread =
             std::thread::Builder::new().name("artifact-writer".to_owned()).spawn(move || {
                 let mut writer = CappedWriter::new(file, cap);
+                let mut rescue = rescue;
                 for mut buf in receiver {
                     writer.write(&buf)?;
+                    if let Some(rescue) = &mut rescue {
+                        rescue.push(&buf);
+                    }
                     buf.clear();
                     // The other end may be gone already; the buffer is then simply freed.
                     let _ = give_back.send(buf);
                 }
-                writer.finish()
+                writer.finish()?;
+                Ok(rescue)
             })?;
         Ok(Self {
             pending: Vec::with_capacity(HAND_OFF),
@@ -497,7 +510,13 @@ impl ArtifactWriter {
     }
 
     /// Writes everything and finishes the artifact (see [`CappedWriter::finish`]).
-    pub fn finish(mut self) -> io::Result<()> {
+    pub fn finish(self) -> io::Result<()> {
+        self.finish_rescue().map(drop)
+    }
+
+    /// [`finish`](Self::finish), returning the rescue given to [`spawn_with`](Self::spawn_with)
+    /// once it has seen the whole stream.
+    pub fn finish_rescue(mut self) -> io::Result<Option<Rescue>> {
         if !self.pending.is_empty() {
             self.hand_off()?;
         }
@@ -528,7 +547,7 @@ impl ArtifactWriter {
         }
     }
 
-    fn join(&mut self) -> io::Result<()> {
+    fn join(&mut self) -> io::Result<Option<Rescue>> {
         match self.thread.take().map(JoinHandle::join) {
             None => Err(io::Error::other("artifact writer already ended")),
             Some(Ok(result)) => result,

@@ -15,9 +15,13 @@
 //!   a diagnostic: false positives cost the model more than misses;
 //! - a few rules need the next lines (a Python traceback's last frame and exception line, the
 //!   ` --> file:line` after a rustc error): while one is open, lines are read one by one;
-//! - candidates wait in a queue while they are still inside the window; when the window moves
-//!   past them, the first [`MAX_LINES`] are kept, and after that the most recent ones in a ring.
-//!   Memory is constant whatever the output size.
+//! - the first [`MAX_LINES`] candidates are kept, and after them the most recent ones in a
+//!   ring: memory is constant whatever the output size. Which of them the window cut off is
+//!   known at the end, from the first shown line.
+//!
+//! The sink runs it on the artifact writer's thread ([`crate::artifacts::ArtifactWriter`]): it
+//! sees the same stream as the artifact, from the first overflow on (before it, nothing has
+//! left the window), and its cost stays off the output path.
 //!
 //! At the end, [`Rescue::finish`] picks from the first and the most recent candidates (alternating,
 //! so both ends are shown) within [`MAX_LINES`] lines and [`MAX_BYTES`] bytes, drops lines the
@@ -31,7 +35,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::OnceLock;
 
-use aho_corasick::{AhoCorasick, Input};
+use aho_corasick::{AhoCorasick, Input, MatchKind};
 use serde::Serialize;
 
 /// At most this many rescued lines (SPEC §7).
@@ -42,9 +46,10 @@ pub const MAX_BYTES: usize = 4096;
 const LINE_TEXT_MAX: usize = 300;
 /// Bytes of a line that the classifier looks at (diagnostics say what they are early).
 const SCAN_MAX: usize = 1024;
-/// Candidates waiting inside the window; past this the oldest is dropped (only a window
-/// configured far above its default can hold that many diagnostics).
-const PENDING_MAX: usize = 256;
+/// The most recent candidates kept. Which of them the window cut off is known only at the end,
+/// so the ring is larger than what is shown: with this many diagnostics inside the window
+/// itself, the model has plenty to read there.
+const RECENT_MAX: usize = 256;
 /// A traceback longer than this many lines is not followed to its end.
 const TRACEBACK_MAX_LINES: u32 = 2000;
 
@@ -65,7 +70,7 @@ const TRIGGERS: &[&str] = &[
     ".go:",
     "\u{25cf} ",
     "***",
-    ": line ",
+    "unbound variable",
     "command not found",
     "No such file or directory",
     "Permission denied",
@@ -117,11 +122,9 @@ pub struct Rescue {
     want_location: bool,
     /// Number of the last pytest `E` line seen, to keep only the first of a group.
     last_pytest_e: u64,
-    /// Candidates still inside the window, in output order.
-    pending: VecDeque<Rescued>,
-    /// The first candidates that left the window.
+    /// The first candidates of the stream.
     first: Vec<Rescued>,
-    /// The most recent candidates that left the window after `first` was full.
+    /// The most recent candidates after `first` was full.
     recent: VecDeque<Rescued>,
 }
 
@@ -137,20 +140,17 @@ impl Rescue {
             traceback: None,
             want_location: false,
             last_pytest_e: 0,
-            pending: VecDeque::new(),
             first: Vec::new(),
             recent: VecDeque::new(),
         }
     }
 
-    /// Takes the next chunk of sanitized text, which holds `newlines` newlines.
-    pub fn push(&mut self, text: &str, newlines: usize) {
-        let bytes = text.as_bytes();
+    /// Takes the next chunk of the stream (sanitized text, possibly cut inside a character).
+    pub fn push(&mut self, bytes: &[u8]) {
         let chunk_start = self.offset;
         self.offset += bytes.len() as u64;
         if chunk_start > self.exact_until {
-            // Nothing from here on can get an exact line number.
-            self.line += newlines as u64;
+            // Nothing from here on can get an exact line number; the count no longer matters.
             return;
         }
         let Some(n0) = memchr::memchr(b'\n', bytes) else {
@@ -160,8 +160,7 @@ impl Rescue {
         // The line that was carried over (or starts this chunk) ends here.
         self.extend_carry(&bytes[..n0]);
         let mut carried = std::mem::take(&mut self.carry);
-        let line0 = self.line;
-        self.classify_line(line0, floor_str(&carried), self.line_start);
+        self.classify_line(self.line, floor_str(&carried), self.line_start);
         // The buffer is reused for the next carried line.
         carried.clear();
         self.carry = carried;
@@ -169,7 +168,7 @@ impl Rescue {
         let last_nl = memchr::memrchr(b'\n', bytes).unwrap_or(n0);
         let finder = finder();
         let mut pos = n0 + 1;
-        let mut line = line0 + 1;
+        let mut line = self.line + 1;
         while pos <= last_nl {
             let ls = if self.stateful() {
                 pos
@@ -183,35 +182,29 @@ impl Rescue {
             };
             line += memchr::memchr_iter(b'\n', &bytes[pos..ls]).count() as u64;
             let le = memchr::memchr(b'\n', &bytes[ls..]).map_or(last_nl, |p| ls + p);
-            let scan_end = floor_boundary(text, le.min(ls + SCAN_MAX));
-            self.classify_line(line, &text[ls..scan_end], chunk_start + ls as u64);
+            let scan = &bytes[ls..le.min(ls + SCAN_MAX)];
+            self.classify_line(line, floor_str(scan), chunk_start + ls as u64);
             pos = le + 1;
             line += 1;
         }
-        self.line = line0 + newlines as u64;
+        if pos <= last_nl {
+            line += memchr::memchr_iter(b'\n', &bytes[pos..=last_nl]).count() as u64;
+        }
+        self.line = line;
         self.line_start = chunk_start + last_nl as u64 + 1;
         self.extend_carry(&bytes[last_nl + 1..]);
     }
 
-    /// The window now starts at line `first_shown`: candidates before it have left it.
-    pub fn settle(&mut self, first_shown: u64) {
-        while self.pending.front().is_some_and(|c| c.line < first_shown) {
-            let Some(c) = self.pending.pop_front() else { break };
-            self.leave(c);
-        }
-    }
-
     /// The rescued lines of a run whose shown text starts at line `shown_start` and is `shown`.
-    pub fn finish(mut self, shown_start: u64, shown: &str) -> Vec<Rescued> {
-        self.settle(shown_start);
-        if self.first.is_empty() {
+    pub fn finish(self, shown_start: u64, shown: &str) -> Vec<Rescued> {
+        let elided = |c: &Rescued| c.line < shown_start;
+        if !self.first.iter().any(elided) {
             return Vec::new();
         }
         let in_tail: HashSet<&str> = shown.lines().map(str::trim).collect();
-        let first: Vec<Rescued> =
-            self.first.into_iter().filter(|c| !in_tail.contains(c.text.trim())).collect();
-        let recent: Vec<Rescued> =
-            self.recent.into_iter().filter(|c| !in_tail.contains(c.text.trim())).collect();
+        let keep = |c: &Rescued| elided(c) && !in_tail.contains(c.text.trim());
+        let first: Vec<Rescued> = self.first.into_iter().filter(keep).collect();
+        let recent: Vec<Rescued> = self.recent.into_iter().filter(keep).collect();
         // Alternate: first[0], recent[last], first[1], recent[last - 1], … within the budget.
         let mut picked: Vec<Rescued> = Vec::new();
         let mut bytes = 0;
@@ -312,26 +305,15 @@ impl Rescue {
     }
 
     fn candidate(&mut self, line: u64, text: &str) {
-        if self.pending.back().is_some_and(|c| c.line >= line) {
-            return;
-        }
-        if self.pending.len() == PENDING_MAX {
-            if let Some(c) = self.pending.pop_front() {
-                self.leave(c);
-            }
-        }
-        self.pending.push_back(Rescued { line, text: clip(text) });
-    }
-
-    fn leave(&mut self, c: Rescued) {
+        let c = Rescued { line, text: clip(text) };
         if self.first.len() < MAX_LINES {
             self.first.push(c);
-        } else {
-            if self.recent.len() == MAX_LINES {
-                self.recent.pop_front();
-            }
-            self.recent.push_back(c);
+            return;
         }
+        if self.recent.len() == RECENT_MAX {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(c);
     }
 }
 
@@ -358,11 +340,13 @@ fn rendered_len(c: &Rescued) -> usize {
 
 fn finder() -> &'static AhoCorasick {
     static FINDER: OnceLock<AhoCorasick> = OnceLock::new();
-    FINDER.get_or_init(|| match AhoCorasick::new(TRIGGERS) {
-        Ok(ac) => ac,
-        // The patterns are constants; building them cannot fail. An automaton that matches
-        // nothing keeps the sink working if it ever did.
-        Err(_) => AhoCorasick::new::<_, &str>([]).unwrap_or_else(|_| unreachable!()),
+    FINDER.get_or_init(|| {
+        match AhoCorasick::builder().match_kind(MatchKind::LeftmostFirst).build(TRIGGERS) {
+            Ok(ac) => ac,
+            // The patterns are constants; building them cannot fail. An automaton that matches
+            // nothing keeps the sink working if it ever did.
+            Err(_) => AhoCorasick::new::<_, &str>([]).unwrap_or_else(|_| unreachable!()),
+        }
     })
 }
 
@@ -406,7 +390,7 @@ fn classify(line: &str) -> Class {
     let t = line.trim_start();
     // rustc / cargo and any tool that starts its diagnostics with `error:` / `error[E…]:`.
     if let Some(rest) = t.strip_prefix("error") {
-        if rest.starts_with('[') && rest.contains("]:") {
+        if rest.starts_with('[') && find(rest, "]:").is_some() {
             return Class::RustError;
         }
         if rest.starts_with(':') {
@@ -426,12 +410,12 @@ fn is_diagnostic(line: &str, t: &str) -> bool {
         || starts_with_word(t, "FAIL")
         || t.starts_with("--- FAIL:")
         || ends_with_failed(t)
-        || (t.starts_with("thread '") && t.contains("' panicked at"))
+        || (t.starts_with("thread '") && find(t, "' panicked at").is_some())
         || t.starts_with("panic: ")
         || starts_with_any(t, &["npm ERR!", "npm error ", "ERR_PNPM_"])
         || t.starts_with("\u{25cf} ")
         || is_make_error(line)
-        || (t.contains("Assertion `") && t.ends_with("failed."))
+        || (t.ends_with("failed.") && find(t, "Assertion `").is_some())
         || is_error_name_line(t)
         || is_located(line)
         || is_program_error(line)
@@ -453,14 +437,25 @@ fn starts_with_word(t: &str, word: &str) -> bool {
 
 /// `test foo ... FAILED` (cargo, unittest -v), `tests/a.py::test_b FAILED   [ 50%]` (pytest -v).
 fn ends_with_failed(t: &str) -> bool {
-    let Some(p) = t.rfind(" FAILED") else { return false };
-    let after = t[p + " FAILED".len()..].trim();
-    after.is_empty() || (after.starts_with('[') && after.ends_with("%]"))
+    let mut u = t.trim_end();
+    if u.ends_with("%]") {
+        match u.rfind('[') {
+            Some(p) => u = u[..p].trim_end(),
+            None => return false,
+        }
+    }
+    u.ends_with(" FAILED")
+}
+
+/// Where `needle` first occurs in `hay` (memchr's searcher: no set-up cost for short needles,
+/// unlike `str::find` with a string pattern).
+fn find(hay: &str, needle: &str) -> Option<usize> {
+    memchr::memmem::find(hay.as_bytes(), needle.as_bytes())
 }
 
 /// `make: *** [Makefile:3: all] Error 1`, `make[2]: *** …`, `Makefile:3: *** missing separator.`
 fn is_make_error(line: &str) -> bool {
-    let Some(p) = line.find(": *** ") else { return false };
+    let Some(p) = find(line, ": *** ") else { return false };
     let head = &line[..p];
     let make = head.strip_prefix("make").or_else(|| head.strip_prefix("gmake"));
     if let Some(rest) = make {
@@ -492,7 +487,7 @@ fn is_error_name_line(t: &str) -> bool {
 /// (tsc). The path has no blanks.
 fn is_located(line: &str) -> bool {
     let t = line.trim_start();
-    if let Some(p) = t.find("): error ") {
+    if let Some(p) = find(t, "): error ") {
         let head = &t[..p];
         if let Some((file, pos)) = head.split_once('(') {
             let mut nums = pos.split(',');
@@ -542,7 +537,8 @@ fn is_located(line: &str) -> bool {
 /// `prog: error: …`, `./build.sh: line 5: foo: command not found`, `cat: x: No such file or
 /// directory`: a program name at the margin, then a colon.
 fn is_program_error(line: &str) -> bool {
-    let Some((prog, rest)) = line.split_once(": ") else { return false };
+    let Some(p) = find(line, ": ") else { return false };
+    let (prog, rest) = (&line[..p], &line[p + 2..]);
     if prog.is_empty() || prog.contains([' ', '\t']) {
         return false;
     }
@@ -550,13 +546,10 @@ fn is_program_error(line: &str) -> bool {
     if rest_t.starts_with("error:") {
         return true;
     }
-    if let Some(r) = rest.strip_prefix("line ") {
-        let n = r.bytes().take_while(u8::is_ascii_digit).count();
-        return n > 0 && r[n..].starts_with(": ");
-    }
     rest.ends_with(": command not found")
         || rest.ends_with(": No such file or directory")
         || rest.ends_with(": Permission denied")
+        || rest.ends_with(": unbound variable")
 }
 
 /// eslint's stylish format: `  3:5  error  'x' is not defined  no-undef`.
@@ -615,6 +608,7 @@ mod tests {
             "panic: runtime error: index out of range [3] with length 3",
             "a.out: t.c:4: main: Assertion `x == 2' failed.",
             "./build.sh: line 5: frobnicate: command not found",
+            "./build.sh: line 7: NAME: unbound variable",
             "cat: missing.txt: No such file or directory",
             "ld: error: undefined symbol: foo",
             "fatal: not a git repository (or any of the parent directories): .git",
@@ -664,7 +658,7 @@ mod tests {
     fn run(chunks: &[&str], shown_start: u64, shown: &str) -> Vec<Rescued> {
         let mut r = Rescue::new(u64::MAX);
         for c in chunks {
-            r.push(c, memchr::memchr_iter(b'\n', c.as_bytes()).count());
+            r.push(c.as_bytes());
         }
         r.finish(shown_start, shown)
     }
@@ -738,7 +732,7 @@ mod tests {
     fn rescue_stops_where_a_capped_artifact_stops_being_exact() {
         let text = format!("error: early\n{}error: late\n", noise(100));
         let mut r = Rescue::new(20);
-        r.push(&text, 102);
+        r.push(text.as_bytes());
         let got = r.finish(1000, "");
         assert_eq!(got, vec![Rescued { line: 1, text: "error: early".into() }]);
     }

@@ -111,7 +111,8 @@ pub struct Sink {
     artifact: Option<ArtifactWriter>,
     artifact_id: Option<u64>,
     artifact_error: Option<String>,
-    /// Rescued lines (SPEC §7); none with a head limit, whose window keeps the start anyway.
+    /// Rescued lines (SPEC §7), until the spill hands it to the artifact writer's thread;
+    /// none with a head limit, whose window keeps the start anyway.
     rescue: Option<Rescue>,
 }
 
@@ -184,10 +185,6 @@ impl Sink {
             head.push(text);
         }
         self.window.push(text, newlines);
-        if let Some(rescue) = &mut self.rescue {
-            rescue.push(text, newlines);
-            rescue.settle(self.window.first_line());
-        }
     }
 
     /// The current tail window (for live updates).
@@ -235,9 +232,11 @@ impl Sink {
     /// its last `tail` lines. This equals applying head then tail to the full text and then
     /// bounding the result by the window limits (keeping its end).
     pub fn finish(mut self) -> SinkOutput {
+        let mut rescue = None;
         if let Some(writer) = self.artifact.take() {
-            if let Err(e) = writer.finish() {
-                self.note_artifact_error("finishing the artifact failed", &e);
+            match writer.finish_rescue() {
+                Ok(r) => rescue = r,
+                Err(e) => self.note_artifact_error("finishing the artifact failed", &e),
             }
         }
         let total_bytes = self.window.pushed_bytes;
@@ -263,7 +262,7 @@ impl Sink {
         let truncated_by = truncated.then(|| selected.cut_by());
         let shown_range =
             (output_lines > 0).then(|| (selected_lines + 1 - output_lines, selected_lines));
-        let rescued = match (self.rescue.take(), truncated) {
+        let rescued = match (rescue, truncated) {
             (Some(rescue), true) => {
                 rescue.finish(shown_range.map_or(selected_lines + 1, |r| r.0), text)
             }
@@ -300,12 +299,14 @@ impl Sink {
             Ok((id, file)) => {
                 self.artifact_id = Some(id);
                 // Until now the whole stream fitted the window, so its buffer holds all of it.
-                let written =
-                    ArtifactWriter::spawn(file, self.artifact_cap).and_then(|mut writer| {
+                let rescue = self.rescue.take();
+                let written = ArtifactWriter::spawn_with(file, self.artifact_cap, rescue).and_then(
+                    |mut writer| {
                         writer.write(self.window.whole_stream().as_bytes())?;
                         writer.write(text.as_bytes())?;
                         Ok(writer)
-                    });
+                    },
+                );
                 match written {
                     Ok(writer) => self.artifact = Some(writer),
                     Err(e) => self.note_artifact_error("writing the artifact failed", &e),
@@ -406,11 +407,6 @@ impl Window {
 
     fn pushed_lines(&self) -> u64 {
         self.pushed_newlines + u64::from(self.pushed_bytes > 0 && !self.ends_with_newline)
-    }
-
-    /// Number of the window's first line (partly shown when the window starts mid-line).
-    fn first_line(&self) -> u64 {
-        self.pushed_lines() + 1 - self.lines_from(self.start, self.newlines) as u64
     }
 
     /// The whole stream; only meaningful while it fits the window (nothing dropped yet).
