@@ -139,7 +139,8 @@ fn parse_artifact_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Resolves `artifact://<id>` (or a bare `<id>`) to the artifact's full text.
+/// Resolves `artifact://<id>` (or a bare `<id>`) to the artifact's full text, or with
+/// `#L<a>-<b>` (`#L<a>`) to those lines only (1-based, inclusive; the end is clamped).
 ///
 /// Errors, exact and checked in this order (SPEC §4.3): no store, empty id, non-numeric id,
 /// missing directory, missing file. Anything after the id's first `/` is ignored. The file is
@@ -149,6 +150,10 @@ pub fn resolve(store: Option<&ArtifactStore>, url: &str) -> crate::Result<String
     let store =
         store.ok_or_else(|| Error::Artifact("No session - artifacts unavailable".to_owned()))?;
     let rest = url.strip_prefix(SCHEME).unwrap_or(url);
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, fragment)) => (rest, Some(fragment)),
+        None => (rest, None),
+    };
     let id = rest.split('/').next().unwrap_or_default();
     if id.is_empty() {
         return Err(Error::Artifact(
@@ -181,12 +186,54 @@ pub fn resolve(store: Option<&ArtifactStore>, url: &str) -> crate::Result<String
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found()),
         Err(e) => return Err(e.into()),
     };
+    let range = fragment.map(|f| parse_lines(f, id)).transpose()?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
-    Ok(match String::from_utf8(bytes) {
+    let text = match String::from_utf8(bytes) {
         Ok(text) => text,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    })
+    };
+    match range {
+        None => Ok(text),
+        Some((from, to)) => select_lines(&text, from, to, id),
+    }
+}
+
+/// `L<a>` or `L<a>-<b>` (also `L<a>-L<b>`, as GitHub writes it): a 1-based inclusive range.
+fn parse_lines(fragment: &str, id: &str) -> crate::Result<(u64, u64)> {
+    let bad = || {
+        Error::Artifact(format!(
+            "Invalid line range in artifact://{id}#{fragment}: expected #L<start> or #L<start>-<end>"
+        ))
+    };
+    let body = fragment.strip_prefix('L').ok_or_else(bad)?;
+    let (a, b) = match body.split_once('-') {
+        Some((a, b)) => (a, b.strip_prefix('L').unwrap_or(b)),
+        None => (body, body),
+    };
+    let num = |s: &str| -> crate::Result<u64> {
+        if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(bad());
+        }
+        s.parse().map_err(|_| bad())
+    };
+    let (from, to) = (num(a)?, num(b)?);
+    if from == 0 || to < from {
+        return Err(bad());
+    }
+    Ok((from, to))
+}
+
+/// Lines `from..=to` of `text` (each with its newline); the end is clamped to the last line.
+fn select_lines(text: &str, from: u64, to: u64, id: &str) -> crate::Result<String> {
+    let total = text.lines().count() as u64;
+    if from > total {
+        return Err(Error::Artifact(format!(
+            "Artifact {id} has {total} lines: line {from} is past its end"
+        )));
+    }
+    let lines = text.split_inclusive('\n').skip(from as usize - 1).take((to - from + 1) as usize);
+    Ok(lines.collect())
 }
 
 /// Removes the session artifact directories directly under `root` that have not been touched
@@ -774,6 +821,35 @@ mod tests {
         assert_eq!(resolve(Some(&store), "0").unwrap(), "full\ntext é\n");
         fs::write(store.path(1), b"bad \xff byte").unwrap();
         assert_eq!(resolve(Some(&store), "artifact://1").unwrap(), "bad \u{fffd} byte");
+
+        // Line ranges.
+        let (id, mut file) = store.create().unwrap();
+        file.write_all(b"one\ntwo\nthree\nfour").unwrap();
+        let url = |f: &str| format!("artifact://{id}#{f}");
+        assert_eq!(resolve(Some(&store), &url("L2-3")).unwrap(), "two\nthree\n");
+        assert_eq!(resolve(Some(&store), &url("L2-L3")).unwrap(), "two\nthree\n");
+        assert_eq!(resolve(Some(&store), &url("L4")).unwrap(), "four");
+        assert_eq!(resolve(Some(&store), &url("L3-99")).unwrap(), "three\nfour");
+        assert_eq!(
+            artifact_error(resolve(Some(&store), &url("L5"))),
+            format!("Artifact {id} has 4 lines: line 5 is past its end")
+        );
+        for bad in ["", "L", "L0", "L3-2", "Lx", "10", "L1-"] {
+            assert_eq!(
+                artifact_error(resolve(Some(&store), &url(bad))),
+                format!("Invalid line range in artifact://{id}#{bad}: expected #L<start> or #L<start>-<end>"),
+                "{bad:?}"
+            );
+        }
+        // The id's errors come first, exact as without a range.
+        assert_eq!(
+            artifact_error(resolve(Some(&store), "artifact://abc#L1")),
+            "artifact:// ID must be numeric, got: abc"
+        );
+        assert_eq!(
+            artifact_error(resolve(Some(&store), "artifact://#L1")),
+            "artifact:// URL requires a numeric ID: artifact://0"
+        );
     }
 
     #[test]

@@ -444,7 +444,8 @@ fn ends_with_failed(t: &str) -> bool {
             None => return false,
         }
     }
-    u.ends_with(" FAILED")
+    // unittest -v: `test_b (m.T.test_b) ... FAIL` / `... ERROR`
+    u.ends_with(" FAILED") || u.ends_with(" ... FAIL") || u.ends_with(" ... ERROR")
 }
 
 /// Where `needle` first occurs in `hay` (memchr's searcher: no set-up cost for short needles,
@@ -488,7 +489,9 @@ fn is_error_name_line(t: &str) -> bool {
 fn is_located(line: &str) -> bool {
     let t = line.trim_start();
     if let Some(p) = find(t, "): error ") {
+        // The file is the word before the parenthesis (pnpm and others put a prefix before it).
         let head = &t[..p];
+        let head = head.rsplit(' ').next().unwrap_or(head);
         if let Some((file, pos)) = head.split_once('(') {
             let mut nums = pos.split(',');
             return !file.is_empty()
@@ -594,6 +597,8 @@ mod tests {
             "FAILED tests/test_a.py::test_b - assert 1 == 2",
             "tests/test_a.py::test_b FAILED                                  [ 50%]",
             "test tests::it_fails ... FAILED",
+            "test_b (test_m.T.test_b) ... FAIL",
+            "test_c (test_m.T.test_c) ... ERROR",
             "FAIL src/sum.test.js",
             " FAIL  src/sum.test.ts > sum > adds",
             "  \u{25cf} sum \u{203a} adds 1 + 2",

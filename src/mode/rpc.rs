@@ -236,6 +236,14 @@ async fn handle(state: &Arc<State>, line: &str) {
             let data = json!({"runs": super::history_json(&state.rt)});
             send(&state.out, response(id.as_ref(), "history", Ok(Some(data))));
         }
+        "artifact" => {
+            // SPEC §4.3: `artifact://<id>` or `artifact://<id>#L<a>-<b>`; errors word-exact.
+            let url = obj.get("url").and_then(Value::as_str).unwrap_or("");
+            let res = crate::artifacts::resolve(Some(state.rt.store()), url)
+                .map(|text| Some(json!({"text": text})))
+                .map_err(|e| e.to_string());
+            send(&state.out, response(id.as_ref(), "artifact", res));
+        }
         "abort_tool_call" => {
             let target = obj.get("target").map(id_key);
             let found = match (&target, state.tools.lock()) {

@@ -186,6 +186,17 @@ t.describe('tool card', function()
     t.eq('[Full output: artifact://2. Truncated: 1 lines shown (1.0MB limit)]', render(state).lines[4])
   end)
 
+  t.it('the warning names the line limit when lines cut', function()
+    local state = done(tool({ lines = { 'x' } }), {
+      total_lines = 9000,
+      output_lines = 2000,
+      truncated = true,
+      artifact_id = 2,
+      truncation = { direction = 'tail', truncated_by = 'lines', shown_range = { start = 7001, ['end'] = 9000 }, limit_bytes = 51200, limit_lines = 2000 },
+    })
+    t.eq('[Full output: artifact://2. Truncated: 2000 lines shown (2000 lines limit)]', render(state).lines[4])
+  end)
+
   t.it('cwd header', function()
     t.eq({ '$ cd src && make test' }, render(tool({ cwd_label = 'src' })).lines)
   end)
