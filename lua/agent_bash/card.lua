@@ -25,9 +25,11 @@ function M.render(state, opts)
     lines = {},
     highlights = {},
     styles = {},
+    links = {},
     expandable = false,
   }
   H.header(ctx)
+  H.rescued(ctx)
   if state.origin == 'bang' then
     H.bang_body(ctx)
   else
@@ -46,7 +48,17 @@ function M.render(state, opts)
     height = height,
     expandable = ctx.expandable,
     can_load_full = H.can_load_full(state),
+    links = ctx.links,
   }
+end
+
+--- The artifact line a card row points at (a rescued line), or nil.
+---@param rendered agent_bash.Rendered
+---@param row integer 0-based row in the card buffer
+---@return string? url `artifact://<id>#L<n>`
+function M.link_at(rendered, row)
+  local link = rendered.links and rendered.links[row]
+  return link and ('artifact://%d#L%d'):format(link[1], link[2]) or nil
 end
 
 --- The status a finished result means.
@@ -253,6 +265,22 @@ function H.add(ctx, text, group)
   if group or ctx.state.exclude then
     ctx.highlights[#ctx.highlights + 1] = { #ctx.lines - 1, 0, #text, H.group(ctx, group) }
   end
+end
+
+--- Rescued lines (SPEC §7): the diagnostics the window cut off, above the output, each row
+--- linked to its artifact line. Not once the full artifact is loaded: it holds them in place.
+function H.rescued(ctx)
+  local s = ctx.state
+  local r = s.result
+  if not r or type(r.rescued) ~= 'table' or #r.rescued == 0 or s.full_lines or not r.artifact_id then
+    return
+  end
+  H.add(ctx, ('Earlier in the output (artifact://%d lines):'):format(r.artifact_id), 'AgentBashMore')
+  for _, x in ipairs(r.rescued) do
+    H.add(ctx, M.clamp(('%d: %s'):format(x.line, x.text)), 'AgentBashRescued')
+    ctx.links[#ctx.lines - 1] = { r.artifact_id, x.line }
+  end
+  H.add(ctx, '…', 'AgentBashMore')
 end
 
 --- Excluded bang commands draw everything dimmed.

@@ -197,6 +197,35 @@ t.describe('tool card', function()
     t.eq('[Full output: artifact://2. Truncated: 2000 lines shown (2000 lines limit)]', render(state).lines[4])
   end)
 
+  t.it('rescued lines above the output, linked to their artifact lines', function()
+    local state = done(tool({ lines = { 'tail 1', 'tail 2' } }), {
+      total_lines = 5000,
+      output_lines = 2,
+      truncated = true,
+      artifact_id = 3,
+      rescued = { { line = 12, text = 'error[E0308]: mismatched types' }, { line = 13, text = ' --> src/main.rs:2:18' } },
+    })
+    local r = render(state)
+    t.eq({
+      '$ make test',
+      'Earlier in the output (artifact://3 lines):',
+      '12: error[E0308]: mismatched types',
+      '13:  --> src/main.rs:2:18',
+      '…',
+    }, vim.list_slice(r.lines, 1, 5))
+    t.eq('artifact://3#L12', card.link_at(r, 2))
+    t.eq('artifact://3#L13', card.link_at(r, 3))
+    t.eq(nil, card.link_at(r, 4))
+    local groups = {}
+    for _, h in ipairs(r.highlights) do
+      groups[h[1]] = h[4]
+    end
+    t.eq('AgentBashRescued', groups[2])
+    -- Once the full artifact is loaded, the lines are in place: no block.
+    state.full_lines = { 'a', 'b' }
+    t.eq({ '$ make test', 'a', 'b' }, render(state, true).lines)
+  end)
+
   t.it('cwd header', function()
     t.eq({ '$ cd src && make test' }, render(tool({ cwd_label = 'src' })).lines)
   end)
