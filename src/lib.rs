@@ -27,6 +27,7 @@ pub mod mode;
 pub mod normalize;
 pub mod pty;
 pub mod rescue;
+pub mod resources;
 pub mod result;
 pub mod sanitize;
 pub mod session;

@@ -73,6 +73,22 @@ pub struct BashResult {
     /// Diagnostics of the part the window cut off, with their artifact line numbers (§7).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rescued: Vec<Rescued>,
+    /// What the run cost (§7 receipt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::resources::Resources>,
+}
+
+impl BashResult {
+    /// Sets the receipt; an expensive run's text ends with its one-line note (§7).
+    pub fn set_resources(&mut self, resources: crate::resources::Resources) {
+        if let Some(note) = resources.note() {
+            let kept = self.output.trim_end_matches('\n').len();
+            self.output.truncate(kept);
+            self.output.push_str("\n\n");
+            self.output.push_str(&note);
+        }
+        self.resources = Some(resources);
+    }
 }
 
 /// Truncation metadata (SPEC §7), present exactly when the text is not the whole output.

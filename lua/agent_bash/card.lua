@@ -532,6 +532,10 @@ function H.footer(ctx)
     -- the backend clamps timeouts to [1, 3600] s (SPEC §3): show the one that applies
     parts[#parts + 1] = ('[Timeout: %ss]'):format(H.number(math.min(3600, math.max(1, s.timeout))))
   end
+  local receipt = M.receipt(s.result)
+  if receipt then
+    parts[#parts + 1] = receipt
+  end
   if s.status == 'running' and ctx.kill_key and not s.cancel_requested then
     parts[#parts + 1] = ctx.kill_key .. ' cancel'
   end
@@ -543,6 +547,32 @@ function H.footer(ctx)
   end
   parts[#parts + 1] = ctx.keys.close .. ' close'
   return { { ' ' .. table.concat(parts, ' · ') .. ' ', 'AgentBashFooter' } }
+end
+
+--- What a finished run cost (SPEC §7 receipt), as the footer shows it: `2.0 s CPU, 210 MiB`;
+--- nil when the backend could not tell.
+---@param result? agent_bash.BashResult
+---@return string?
+function M.receipt(result)
+  local r = result and result.resources
+  if type(r) ~= 'table' then
+    return nil
+  end
+  local parts = {}
+  if r.cpu_user_ms and r.cpu_sys_ms then
+    parts[#parts + 1] = ('%.1f s CPU'):format((r.cpu_user_ms + r.cpu_sys_ms) / 1000)
+  end
+  local kib = r.max_rss_kib
+  if kib then
+    if kib >= 1048576 then
+      parts[#parts + 1] = ('%.1f GiB'):format(kib / 1048576)
+    elseif kib >= 1024 then
+      parts[#parts + 1] = ('%d MiB'):format(math.floor(kib / 1024))
+    else
+      parts[#parts + 1] = ('%d KiB'):format(kib)
+    end
+  end
+  return #parts > 0 and table.concat(parts, ', ') or nil
 end
 
 --- 30 → "30", 1.5 → "1.5".

@@ -105,7 +105,9 @@ function M.card_state(entry)
     artifact_id = meta.artifact_id,
     duration_ms = meta.duration_ms or 0,
     is_error = not entry.cancelled and entry.exit_code ~= 0,
-    truncation = limit and { limit_bytes = limit } or nil,
+    truncation = limit,
+    resources = type(meta.resources) == 'table' and meta.resources or nil,
+    rescued = type(meta.rescued) == 'table' and meta.rescued or nil,
   }
   return {
     origin = 'bang',
@@ -137,15 +139,20 @@ end
 
 H.units = { B = 1, KB = 1024, MB = 1024 ^ 2, GB = 1024 ^ 3 }
 
---- The window limit in bytes from a truncation notice's `(<size> limit)`, e.g. 50.0KB → 51200.
+--- The window limit from a truncation notice: `(<size> limit)` (50.0KB → limit_bytes 51200)
+--- or `(<N> lines limit)`, as the truncation fields the card words its warning from.
 ---@param notice? string
----@return integer?
+---@return agent_bash.Truncation?
 function H.notice_limit(notice)
+  local lines = (notice or ''):match('%((%d+) lines limit%)')
+  if lines then
+    return { truncated_by = 'lines', limit_lines = tonumber(lines) }
+  end
   local value, unit = (notice or ''):match('%(([%d.]+)(%a+) limit%)')
   if not value or not H.units[unit] then
     return nil
   end
-  return math.floor(tonumber(value) * H.units[unit] + 0.5)
+  return { limit_bytes = math.floor(tonumber(value) * H.units[unit] + 0.5) }
 end
 
 return M

@@ -59,6 +59,7 @@
 ---@field blocked? agent_bash.Blocked
 ---@field truncation? agent_bash.Truncation
 ---@field rescued? agent_bash.Rescued[] diagnostics the window cut off (SPEC §7)
+---@field resources? {wall_ms: integer, cpu_user_ms?: integer, cpu_sys_ms?: integer, max_rss_kib?: integer} receipt (SPEC §7)
 ---@field error? string set by Lua when the run could not start or the backend died
 
 --- A live update, as passed to `on_update`.

@@ -226,6 +226,16 @@ t.describe('tool card', function()
     t.eq({ '$ make test', 'a', 'b' }, render(state, true).lines)
   end)
 
+  t.it('the footer shows the receipt of a finished run', function()
+    local state = done(tool({ lines = { 'x' } }), {
+      resources = { wall_ms = 2100, cpu_user_ms = 1900, cpu_sys_ms = 120, max_rss_kib = 215040 },
+    })
+    t.eq(' 2.0 s CPU, 210 MiB · q close ', render(state).footer[1][1])
+    t.eq('1.5 GiB', card.receipt({ resources = { wall_ms = 1, max_rss_kib = 1572864 } }))
+    t.eq(nil, card.receipt({ resources = { wall_ms = 1 } }))
+    t.eq(nil, card.receipt({}))
+  end)
+
   t.it('cwd header', function()
     t.eq({ '$ cd src && make test' }, render(tool({ cwd_label = 'src' })).lines)
   end)

@@ -5,6 +5,7 @@ mod explain;
 mod nvim;
 mod pipeline;
 mod pty;
+mod receipt;
 mod rescue;
 mod rpc;
 mod shell;
