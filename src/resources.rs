@@ -10,6 +10,7 @@
 //! - Peak memory: the largest `VmHWM` (a process's own peak resident set, as `ru_maxrss`) among
 //!   the shell's descendants, sampled every [`SAMPLE_EVERY`] while the command runs: a process
 //!   that lives shorter than that may be missed.
+//!
 //! Fields the OS could not tell (the shell was killed on timeout, no process was sampled) are
 //! absent. Not used: cgroup v2 statistics (they need a delegated subtree, which this kind of
 //! machine does not give).
