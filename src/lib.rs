@@ -31,6 +31,7 @@ pub mod resources;
 pub mod result;
 pub mod sanitize;
 pub mod session;
+pub mod shell;
 pub mod shellwords;
 pub mod sink;
 pub mod validate;

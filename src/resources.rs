@@ -128,7 +128,7 @@ impl Meter {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                for p in crate::exec::procs::collect(Some(pid), None) {
+                for p in crate::shell::procs::collect(Some(pid), None) {
                     if p.pid != pid {
                         if let Some(kib) = vm_hwm_kib(p.pid) {
                             seen.fetch_max(kib, Ordering::Relaxed);

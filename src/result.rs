@@ -105,7 +105,7 @@ pub struct Truncation {
     pub artifact_id: Option<u64>,
     /// The window's byte limit, as the notice shows it (renderers word their own warning).
     pub limit_bytes: u64,
-    /// The window's line limit, shown instead when `truncated_by` is `lines`.
+    /// The window's line limit, which the notice names when lines cut (`truncated_by`).
     pub limit_lines: u64,
 }
 
@@ -160,10 +160,9 @@ pub fn shape(
         output_bytes: sink.output_bytes,
         artifact_id: sink.artifact_id,
         limit_bytes,
-        limit_lines: if sink.limit_lines > 0 {
-            sink.limit_lines
-        } else {
-            crate::sink::DEFAULT_MAX_LINES as u64
+        limit_lines: match sink.max_lines {
+            0 => crate::sink::DEFAULT_MAX_LINES as u64,
+            n => n,
         },
     });
 
@@ -243,28 +242,21 @@ pub fn format_size(bytes: u64) -> String {
     format!("{value:.1}GB")
 }
 
-/// `[Showing lines A-B of T (<limit> limit). Full: artifact://<id>]` (SPEC §7): the limit that
-/// cut, `50.0KB` when bytes did, `2000 lines` when lines did.
+/// `[Showing lines A-B of T (<limit> limit). Full: artifact://<id>]` (SPEC §7), naming the limit
+/// that cut: `50.0KB` when bytes did, `2000 lines` when lines did.
 pub fn truncation_notice(truncation: &Truncation, limit_bytes: u64) -> String {
     let ShownRange { start, end } = truncation.shown_range;
-    let mut notice = format!(
-        "[Showing lines {start}-{end} of {} ({} limit)",
-        truncation.total_lines,
-        limit_words(truncation, limit_bytes)
-    );
+    let limit = match truncation.truncated_by {
+        TruncatedBy::Lines => format!("{} lines", truncation.limit_lines),
+        TruncatedBy::Bytes => format_size(limit_bytes),
+    };
+    let mut notice =
+        format!("[Showing lines {start}-{end} of {} ({limit} limit)", truncation.total_lines);
     if let Some(id) = truncation.artifact_id {
         notice.push_str(&format!(". Full: artifact://{id}"));
     }
     notice.push(']');
     notice
-}
-
-/// The limit that cut, as the notice words it: `50.0KB` or `2000 lines`.
-pub fn limit_words(truncation: &Truncation, limit_bytes: u64) -> String {
-    match truncation.truncated_by {
-        TruncatedBy::Lines => format!("{} lines", truncation.limit_lines),
-        TruncatedBy::Bytes => format_size(limit_bytes),
-    }
 }
 
 /// The sink's range, or, if it gave none, the last `output_lines` lines.
@@ -386,23 +378,18 @@ mod tests {
     fn notice_names_the_limit_that_cut() {
         let by_lines = SinkOutput {
             truncated_by: Some(TruncatedBy::Lines),
-            limit_lines: 2000,
-            ..truncated("x\n", Some(3))
+            max_lines: 2000,
+            ..truncated("t\n", Some(4))
         };
-        let r = shape(by_lines, &Outcome::Exited(0), Duration::ZERO, LIMIT);
+        let text = text(by_lines, Outcome::Exited(0));
         assert!(
-            r.output.ends_with(
-                "[Showing lines 9001-10000 of 10000 (2000 lines limit). Full: artifact://3]"
+            text.ends_with(
+                "[Showing lines 9001-10000 of 10000 (2000 lines limit). Full: artifact://4]"
             ),
-            "{}",
-            r.output
+            "{text}"
         );
-        let by_bytes = shape(truncated("x\n", Some(3)), &Outcome::Exited(0), Duration::ZERO, LIMIT);
-        assert!(
-            by_bytes.output.ends_with("(50.0KB limit). Full: artifact://3]"),
-            "{}",
-            by_bytes.output
-        );
+        let text = super::tests::text(truncated("t\n", Some(4)), Outcome::Exited(0));
+        assert!(text.ends_with("(50.0KB limit). Full: artifact://4]"), "{text}");
     }
 
     #[test]

@@ -465,14 +465,9 @@ function H.truncation_warning(s)
   if not r or not r.truncated or s.full_lines then
     return nil
   end
-  -- The limit that cut (SPEC §7): lines when the line limit did, else bytes.
-  local t = r.truncation
-  local limit
-  if t and t.truncated_by == 'lines' and t.limit_lines then
-    limit = ('%d lines'):format(t.limit_lines)
-  else
-    limit = M.format_size((t and t.limit_bytes) or M.DEFAULT_LIMIT_BYTES)
-  end
+  local tr = r.truncation or {}
+  local limit = tr.truncated_by == 'lines' and tr.limit_lines and ('%d lines'):format(tr.limit_lines)
+    or M.format_size(tr.limit_bytes or M.DEFAULT_LIMIT_BYTES)
   local tail = ('Truncated: %d lines shown (%s limit)'):format(r.output_lines or 0, limit)
   if r.artifact_id then
     return ('Full output: artifact://%d. %s'):format(r.artifact_id, tail)

@@ -90,7 +90,7 @@ end
 function M.card_state(entry)
   local meta = entry.meta or {}
   local lines = entry.output ~= '' and require('agent_bash.artifact').split(entry.output) or {}
-  local limit = H.notice_limit(meta.notice)
+  local limit, limit_lines = H.notice_limit(meta.notice)
   ---@type agent_bash.BashResult
   local result = {
     output = entry.output,
@@ -105,7 +105,9 @@ function M.card_state(entry)
     artifact_id = meta.artifact_id,
     duration_ms = meta.duration_ms or 0,
     is_error = not entry.cancelled and entry.exit_code ~= 0,
-    truncation = limit,
+    truncation = (limit or limit_lines)
+        and { limit_bytes = limit, limit_lines = limit_lines, truncated_by = limit_lines and 'lines' or 'bytes' }
+      or nil,
     resources = type(meta.resources) == 'table' and meta.resources or nil,
     rescued = type(meta.rescued) == 'table' and meta.rescued or nil,
   }
@@ -139,20 +141,19 @@ end
 
 H.units = { B = 1, KB = 1024, MB = 1024 ^ 2, GB = 1024 ^ 3 }
 
---- The window limit from a truncation notice: `(<size> limit)` (50.0KB → limit_bytes 51200)
---- or `(<N> lines limit)`, as the truncation fields the card words its warning from.
+--- The window limit in bytes from a truncation notice's `(<size> limit)`, e.g. 50.0KB → 51200.
 ---@param notice? string
----@return agent_bash.Truncation?
+---@return integer?
 function H.notice_limit(notice)
   local lines = (notice or ''):match('%((%d+) lines limit%)')
   if lines then
-    return { truncated_by = 'lines', limit_lines = tonumber(lines) }
+    return nil, tonumber(lines)
   end
   local value, unit = (notice or ''):match('%(([%d.]+)(%a+) limit%)')
   if not value or not H.units[unit] then
     return nil
   end
-  return { limit_bytes = math.floor(tonumber(value) * H.units[unit] + 0.5) }
+  return math.floor(tonumber(value) * H.units[unit] + 0.5)
 end
 
 return M
