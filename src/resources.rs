@@ -1,7 +1,7 @@
 //! SPEC §7 (Ours, receipt): what a finished run cost, from what Linux tells an unprivileged
 //! process: `resources {wall_ms, cpu_user_ms, cpu_sys_ms, max_rss_kib}`.
 //!
-//! A command runs inside a persistent shell (`crate::exec::shell`), which reaps its processes,
+//! A command runs inside a persistent shell (`crate::shell::local`), which reaps its processes,
 //! so the backend never gets their `wait4` rusage. Instead:
 //! - CPU: `/proc/<shell>/stat` before and after the command. The shell's own time (builtins,
 //!   loops in the shell itself) plus `cutime`/`cstime`, the time of the children it has waited

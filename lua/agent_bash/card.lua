@@ -545,12 +545,17 @@ function H.footer(ctx)
 end
 
 --- What a finished run cost (SPEC §7 receipt), as the footer shows it: `2.0 s CPU, 210 MiB`;
---- nil when the backend could not tell.
+--- nil when the backend could not tell, or when the run was cheap (under 1 s of CPU and
+--- 100 MiB): a footer on every `ls` saying `0.0 s CPU` would be noise.
 ---@param result? agent_bash.BashResult
 ---@return string?
 function M.receipt(result)
   local r = result and result.resources
   if type(r) ~= 'table' then
+    return nil
+  end
+  local cpu = (r.cpu_user_ms or 0) + (r.cpu_sys_ms or 0)
+  if cpu < 1000 and (r.max_rss_kib or 0) < 102400 then
     return nil
   end
   local parts = {}

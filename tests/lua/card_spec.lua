@@ -239,6 +239,8 @@ t.describe('tool card', function()
     t.eq(' 2.0 s CPU, 210 MiB · q close ', render(state).footer[1][1])
     t.eq('1.5 GiB', card.receipt({ resources = { wall_ms = 1, max_rss_kib = 1572864 } }))
     t.eq(nil, card.receipt({ resources = { wall_ms = 1 } }))
+    -- Cheap runs say nothing.
+    t.eq(nil, card.receipt({ resources = { wall_ms = 5, cpu_user_ms = 3, cpu_sys_ms = 1, max_rss_kib = 2048 } }))
     t.eq(nil, card.receipt({}))
   end)
 
