@@ -113,6 +113,91 @@ fn bench_sink(runs: usize) {
     }
 }
 
+/// The sink alone, in process, with rescued lines (SPEC §7) on and off: the rescue's cost is
+/// the ratio. Input in 256 KiB chunks as the executor reads them, spilled to an artifact whose
+/// cap is above the input, so the rescue (which runs on the artifact writer's thread and stops
+/// where a capped artifact stops being verbatim) classifies every byte.
+fn bench_rescue(runs: usize) {
+    use agent_bash::artifacts::ArtifactStore;
+    use agent_bash::sink::{Sink, SinkConfig};
+    use std::sync::Arc;
+    println!("\n### Rescued lines: sink throughput with the rescue on vs off (in process, median of {runs})\n");
+    println!("| input | rescue on | rescue off | on ÷ off | goal |");
+    println!("|---|---|---|---|---|");
+    let size = (100e6 * scale()) as usize;
+    let plain = {
+        let mut t = String::with_capacity(size + 100);
+        let mut i = 0u64;
+        while t.len() < size {
+            t.push_str(&format!(
+                "{i:>8} the quick brown fox jumps over the lazy dog, lorem ipsum dolor sit amet\n"
+            ));
+            i += 1;
+        }
+        t
+    };
+    // A test log: every 100th line mentions "error" inside a word (which the classifier must look
+    // at and reject), every 500th is a diagnostic.
+    let log = {
+        let mut t = String::with_capacity(size + 100);
+        let mut i = 0u64;
+        while t.len() < size {
+            let line = match i % 500 {
+                0 => format!(
+                    "src/m{i}.c:{i}:5: error: 'x' undeclared (first use in this function)\n"
+                ),
+                n if n % 100 == 0 => format!("test tests::error_case_{i} ... ok\n"),
+                _ => format!("test tests::case_{i} ... ok\n"),
+            };
+            t.push_str(&line);
+            i += 1;
+        }
+        t
+    };
+    const CHUNK: usize = 256 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let feed = |text: &str, rescue: bool| -> Duration {
+        let arts = dir.path().join("arts");
+        let store = Arc::new(ArtifactStore::new(&arts));
+        let config = SinkConfig { artifact_cap: 1 << 40, ..SinkConfig::default() };
+        let t = Instant::now();
+        let mut sink = Sink::new(config, Some(store));
+        if !rescue {
+            sink = sink.without_rescue();
+        }
+        let mut from = 0;
+        while from < text.len() {
+            let mut to = (from + CHUNK).min(text.len());
+            while !text.is_char_boundary(to) {
+                to += 1;
+            }
+            sink.push(&text[from..to]);
+            from = to;
+        }
+        let out = sink.finish();
+        let took = t.elapsed();
+        assert_eq!(out.rescued.is_empty(), !rescue || !text.contains(": error: "));
+        std::fs::remove_dir_all(&arts).unwrap();
+        took
+    };
+    for (name, text) in [("plain text", &plain), ("test log", &log)] {
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            off.push(feed(text, false));
+            on.push(feed(text, true));
+        }
+        let (on, off) = (median(on), median(off));
+        let bytes = text.len() as u64;
+        row(
+            name,
+            format!("{:.0} MB/s", mbps(bytes, on)),
+            format!("{:.0} MB/s", mbps(bytes, off)),
+            off.as_secs_f64() / on.as_secs_f64(),
+            "≥ 0.95×",
+        );
+    }
+}
+
 struct RpcProc {
     child: Child,
     stdin: ChildStdin,
@@ -535,6 +620,9 @@ fn main() {
     );
     if want("sink") {
         bench_sink(15);
+    }
+    if want("sink") || want("rescue") {
+        bench_rescue(21);
     }
     if want("rpc") {
         bench_rpc(200);

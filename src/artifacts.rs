@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
+use crate::rescue::Rescue;
 use crate::Error;
 
 /// Default size cap of one artifact file (SPEC §4.2 Ours: 32 MiB, configurable).
@@ -29,6 +30,14 @@ pub const TAIL_KEEP: u64 = 4 << 20;
 /// How far (bytes) the cut points of a capped artifact may move to land on a line boundary;
 /// past this they fall back to a character boundary, so one giant line cannot empty a part.
 const BOUNDARY_SEARCH: usize = 64 << 10;
+
+/// How many bytes at the start of the stream an artifact capped at `cap` keeps verbatim, so
+/// that line numbers there are those of the stream (the rest may be elided, SPEC §4.2).
+pub fn verbatim_prefix(cap: u64) -> u64 {
+    let cap = cap.saturating_sub(ELISION_RESERVE);
+    let tail_keep = TAIL_KEEP.min(cap / 2);
+    (cap - tail_keep).saturating_sub(BOUNDARY_SEARCH as u64)
+}
 
 /// File name suffix of an artifact: `<id>.bash.log`.
 const SUFFIX: &str = ".bash.log";
@@ -130,37 +139,54 @@ fn parse_artifact_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Resolves `artifact://<id>` (or a bare `<id>`) to the artifact's full text.
+/// Resolves `artifact://<id>` (or a bare `<id>`) to the artifact's full text, or with
+/// `#L<a>-<b>` (`#L<a>`) to those lines only (1-based, inclusive; the end is clamped).
 ///
 /// Errors, exact and checked in this order (SPEC §4.3): no store, empty id, non-numeric id,
 /// missing directory, missing file. Anything after the id's first `/` is ignored. The file is
 /// opened with `O_NOFOLLOW`, so a symlink planted in the directory is not followed (that is an
 /// I/O error). Invalid UTF-8 (which the sink never writes) is replaced with U+FFFD.
 pub fn resolve(store: Option<&ArtifactStore>, url: &str) -> crate::Result<String> {
-    let (mut file, _) = open_artifact(store, url)?;
+    let Opened { mut file, range, id, .. } = open_artifact(store, url)?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
-    Ok(match String::from_utf8(bytes) {
+    let text = match String::from_utf8(bytes) {
         Ok(text) => text,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    })
+    };
+    match range {
+        None => Ok(text),
+        Some((from, to)) => select_lines(&text, from, to, &id),
+    }
 }
 
 /// Resolves `artifact://<id>` to the artifact's file, for a reader that reads it itself
 /// (Neovim: artifact text never travels through RPC, SPEC §4.3). Same errors as [`resolve`];
 /// the path is a regular file, not a symlink, at the time of the answer.
 pub fn resolve_path(store: Option<&ArtifactStore>, url: &str) -> crate::Result<PathBuf> {
-    let (file, path) = open_artifact(store, url)?;
+    let Opened { file, path, .. } = open_artifact(store, url)?;
     if !file.metadata()?.is_file() {
         return Err(Error::Artifact(format!("{} is not a regular file", path.display())));
     }
     Ok(path)
 }
 
-fn open_artifact(store: Option<&ArtifactStore>, url: &str) -> crate::Result<(File, PathBuf)> {
+/// An artifact opened by [`open_artifact`]: the file, its path, the `#L` range asked for.
+struct Opened {
+    file: File,
+    path: PathBuf,
+    range: Option<(u64, u64)>,
+    id: String,
+}
+
+fn open_artifact(store: Option<&ArtifactStore>, url: &str) -> crate::Result<Opened> {
     let store =
         store.ok_or_else(|| Error::Artifact("No session - artifacts unavailable".to_owned()))?;
     let rest = url.strip_prefix(SCHEME).unwrap_or(url);
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, fragment)) => (rest, Some(fragment)),
+        None => (rest, None),
+    };
     let id = rest.split('/').next().unwrap_or_default();
     if id.is_empty() {
         return Err(Error::Artifact(
@@ -185,11 +211,50 @@ fn open_artifact(store: Option<&ArtifactStore>, url: &str) -> crate::Result<(Fil
     // Digits only, so a parse failure can only be overflow: no such artifact.
     let numeric: u64 = id.parse().map_err(|_| not_found())?;
     let path = store.path(numeric);
-    match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
-        Ok(file) => Ok((file, path)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_found()),
-        Err(e) => Err(e.into()),
+    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let range = fragment.map(|f| parse_lines(f, id)).transpose()?;
+    Ok(Opened { file, path, range, id: id.to_owned() })
+}
+
+/// `L<a>` or `L<a>-<b>` (also `L<a>-L<b>`, as GitHub writes it): a 1-based inclusive range.
+fn parse_lines(fragment: &str, id: &str) -> crate::Result<(u64, u64)> {
+    let bad = || {
+        Error::Artifact(format!(
+            "Invalid line range in artifact://{id}#{fragment}: expected #L<start> or #L<start>-<end>"
+        ))
+    };
+    let body = fragment.strip_prefix('L').ok_or_else(bad)?;
+    let (a, b) = match body.split_once('-') {
+        Some((a, b)) => (a, b.strip_prefix('L').unwrap_or(b)),
+        None => (body, body),
+    };
+    let num = |s: &str| -> crate::Result<u64> {
+        if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(bad());
+        }
+        s.parse().map_err(|_| bad())
+    };
+    let (from, to) = (num(a)?, num(b)?);
+    if from == 0 || to < from {
+        return Err(bad());
     }
+    Ok((from, to))
+}
+
+/// Lines `from..=to` of `text` (each with its newline); the end is clamped to the last line.
+fn select_lines(text: &str, from: u64, to: u64, id: &str) -> crate::Result<String> {
+    let total = text.lines().count() as u64;
+    if from > total {
+        return Err(Error::Artifact(format!(
+            "Artifact {id} has {total} lines: line {from} is past its end"
+        )));
+    }
+    let lines = text.split_inclusive('\n').skip(from as usize - 1).take((to - from + 1) as usize);
+    Ok(lines.collect())
 }
 
 /// Removes the session artifact directories directly under `root` that have not been touched
@@ -449,24 +514,36 @@ pub struct ArtifactWriter {
     sender: Option<SyncSender<Vec<u8>>>,
     /// Buffers the thread is done with, for reuse.
     spare: Receiver<Vec<u8>>,
-    thread: Option<JoinHandle<io::Result<()>>>,
+    /// The thread's result: the file's, and the rescue it ran over the stream.
+    thread: Option<JoinHandle<io::Result<Option<Rescue>>>>,
 }
 
 impl ArtifactWriter {
     /// Starts the thread writing `file` through a [`CappedWriter`] with this cap.
     pub fn spawn(file: File, cap: u64) -> io::Result<Self> {
+        Self::spawn_with(file, cap, None)
+    }
+
+    /// Like [`spawn`](Self::spawn), also running `rescue` over every byte written (SPEC §7
+    /// rescued lines: on this thread, their cost stays off the output path).
+    pub fn spawn_with(file: File, cap: u64, rescue: Option<Rescue>) -> io::Result<Self> {
         let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(QUEUE);
         let (give_back, spare) = mpsc::channel();
         let thread =
             std::thread::Builder::new().name("artifact-writer".to_owned()).spawn(move || {
                 let mut writer = CappedWriter::new(file, cap);
+                let mut rescue = rescue;
                 for mut buf in receiver {
                     writer.write(&buf)?;
+                    if let Some(rescue) = &mut rescue {
+                        rescue.push(&buf);
+                    }
                     buf.clear();
                     // The other end may be gone already; the buffer is then simply freed.
                     let _ = give_back.send(buf);
                 }
-                writer.finish()
+                writer.finish()?;
+                Ok(rescue)
             })?;
         Ok(Self {
             pending: Vec::with_capacity(HAND_OFF),
@@ -501,7 +578,13 @@ impl ArtifactWriter {
     }
 
     /// Writes everything and finishes the artifact (see [`CappedWriter::finish`]).
-    pub fn finish(mut self) -> io::Result<()> {
+    pub fn finish(self) -> io::Result<()> {
+        self.finish_rescue().map(drop)
+    }
+
+    /// [`finish`](Self::finish), returning the rescue given to [`spawn_with`](Self::spawn_with)
+    /// once it has seen the whole stream.
+    pub fn finish_rescue(mut self) -> io::Result<Option<Rescue>> {
         if !self.pending.is_empty() {
             self.hand_off()?;
         }
@@ -532,7 +615,7 @@ impl ArtifactWriter {
         }
     }
 
-    fn join(&mut self) -> io::Result<()> {
+    fn join(&mut self) -> io::Result<Option<Rescue>> {
         match self.thread.take().map(JoinHandle::join) {
             None => Err(io::Error::other("artifact writer already ended")),
             Some(Ok(result)) => result,
@@ -759,6 +842,35 @@ mod tests {
         assert_eq!(resolve(Some(&store), "0").unwrap(), "full\ntext é\n");
         fs::write(store.path(1), b"bad \xff byte").unwrap();
         assert_eq!(resolve(Some(&store), "artifact://1").unwrap(), "bad \u{fffd} byte");
+
+        // Line ranges.
+        let (id, mut file) = store.create().unwrap();
+        file.write_all(b"one\ntwo\nthree\nfour").unwrap();
+        let url = |f: &str| format!("artifact://{id}#{f}");
+        assert_eq!(resolve(Some(&store), &url("L2-3")).unwrap(), "two\nthree\n");
+        assert_eq!(resolve(Some(&store), &url("L2-L3")).unwrap(), "two\nthree\n");
+        assert_eq!(resolve(Some(&store), &url("L4")).unwrap(), "four");
+        assert_eq!(resolve(Some(&store), &url("L3-99")).unwrap(), "three\nfour");
+        assert_eq!(
+            artifact_error(resolve(Some(&store), &url("L5"))),
+            format!("Artifact {id} has 4 lines: line 5 is past its end")
+        );
+        for bad in ["", "L", "L0", "L3-2", "Lx", "10", "L1-"] {
+            assert_eq!(
+                artifact_error(resolve(Some(&store), &url(bad))),
+                format!("Invalid line range in artifact://{id}#{bad}: expected #L<start> or #L<start>-<end>"),
+                "{bad:?}"
+            );
+        }
+        // The id's errors come first, exact as without a range.
+        assert_eq!(
+            artifact_error(resolve(Some(&store), "artifact://abc#L1")),
+            "artifact:// ID must be numeric, got: abc"
+        );
+        assert_eq!(
+            artifact_error(resolve(Some(&store), "artifact://#L1")),
+            "artifact:// URL requires a numeric ID: artifact://0"
+        );
     }
 
     #[test]

@@ -269,6 +269,8 @@ impl Runtime {
         let limits = &self.settings.limits;
         let mut feed = Feed::new(self, &norm, req.display, on_update);
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
+        let meter = slot.shell.as_ref().map(|sh| crate::resources::Meter::start(sh.pid()));
+        let run_started = Instant::now();
         let end = match slot.shell.as_mut() {
             Some(shell) => shell.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await,
             None => {
@@ -284,6 +286,14 @@ impl Runtime {
             }
         };
         let sink = feed.finish();
+        let alive = matches!(&end, Ok(e) if matches!(e.ending, Ending::Done(_)));
+        let resources = match meter {
+            Some(m) => m.finish(alive),
+            None => crate::resources::Resources {
+                wall_ms: run_started.elapsed().as_millis() as u64,
+                ..Default::default()
+            },
+        };
         let outcome = match end {
             Ok(end) => {
                 let keep = matches!(end.ending, Ending::Done(_));
@@ -328,6 +338,7 @@ impl Runtime {
         if !norm.rewrites.is_empty() {
             r.normalized = serde_json::to_value(&norm).ok();
         }
+        r.set_resources(resources);
         Ok(r)
     }
 

@@ -27,6 +27,8 @@ pub mod logfile;
 pub mod mode;
 pub mod normalize;
 pub mod pty;
+pub mod rescue;
+pub mod resources;
 pub mod result;
 pub mod sanitize;
 pub mod session;

@@ -28,7 +28,7 @@ enum Mode {
     /// msgpack-RPC over stdio for the Neovim plugin (started by it).
     Nvim(mode::nvim::NvimArgs),
     /// JSON lines over stdio (`bash`, `abort_bash`, `tool_call`, `abort_tool_call`, `get_context`,
-    /// `history`).
+    /// `history`, `artifact`).
     Rpc(mode::rpc::RpcArgs),
     /// Show what normalization and interception make of a command (one JSON object).
     Explain(mode::explain::ExplainArgs),

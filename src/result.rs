@@ -1,10 +1,14 @@
 //! SPEC §7: `BashResult` and the model-facing text (notices, exit-code wording).
 //!
-//! The text is built from up to four parts, each present only when it applies, separated by
+//! The text is built from up to five parts, each present only when it applies, separated by
 //! exactly one blank line:
 //!
 //! ```text
 //! [Command timed out after 300 seconds]        timeout or cancel annotation: always first
+//!
+//! [Earlier in the output (artifact://3 lines):] rescued lines of the part the window cut
+//! 12: error[E0308]: mismatched types            (SPEC §7, `crate::rescue`)
+//! […]
 //!
 //! <the output, or "(no output)">
 //!
@@ -22,6 +26,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::rescue::{self, Rescued};
 use crate::sink::{SinkOutput, TruncatedBy};
 
 /// What the model (and the RPC client) gets for one command.
@@ -65,6 +70,25 @@ pub struct BashResult {
     /// The interception (§2) that blocked the command instead of running it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocked: Option<serde_json::Value>,
+    /// Diagnostics of the part the window cut off, with their artifact line numbers (§7).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rescued: Vec<Rescued>,
+    /// What the run cost (§7 receipt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::resources::Resources>,
+}
+
+impl BashResult {
+    /// Sets the receipt; an expensive run's text ends with its one-line note (§7).
+    pub fn set_resources(&mut self, resources: crate::resources::Resources) {
+        if let Some(note) = resources.note() {
+            let kept = self.output.trim_end_matches('\n').len();
+            self.output.truncate(kept);
+            self.output.push_str("\n\n");
+            self.output.push_str(&note);
+        }
+        self.resources = Some(resources);
+    }
 }
 
 /// Truncation metadata (SPEC §7), present exactly when the text is not the whole output.
@@ -162,6 +186,10 @@ pub fn shape(
         text.push_str(annotation);
         text.push_str("\n\n");
     }
+    if let Some(block) = rescue::block(&sink.rescued, sink.artifact_id) {
+        text.push_str(&block);
+        text.push_str("\n\n");
+    }
     let after: Vec<&str> = notice.iter().chain(&exit_line).map(String::as_str).collect();
     if after.is_empty() {
         text.push_str(body);
@@ -191,6 +219,7 @@ pub fn shape(
         truncation,
         text: sink.text.clone(),
         is_error: *outcome != Outcome::Exited(0),
+        rescued: sink.rescued,
         ..BashResult::default()
     }
 }
@@ -361,6 +390,35 @@ mod tests {
         );
         let text = super::tests::text(truncated("t\n", Some(4)), Outcome::Exited(0));
         assert!(text.ends_with("(50.0KB limit). Full: artifact://4]"), "{text}");
+    }
+
+    #[test]
+    fn rescued_lines_come_before_the_tail() {
+        let rescued = vec![
+            Rescued { line: 12, text: "error[E0308]: mismatched types".into() },
+            Rescued { line: 13, text: " --> src/main.rs:2:18".into() },
+        ];
+        let sink = SinkOutput { rescued: rescued.clone(), ..truncated("tail\n", Some(3)) };
+        let r = shape(sink, &Outcome::Exited(101), Duration::ZERO, LIMIT);
+        assert_eq!(
+            r.output,
+            "[Earlier in the output (artifact://3 lines):]\n12: error[E0308]: mismatched types\n\
+             13:  --> src/main.rs:2:18\n[\u{2026}]\n\ntail\n\n\
+             [Showing lines 9001-10000 of 10000 (50.0KB limit). Full: artifact://3]\n\n\
+             Command exited with code 101"
+        );
+        assert_eq!(r.rescued, rescued);
+        let value = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            value["rescued"][0],
+            json!({"line": 12, "text": "error[E0308]: mismatched types"})
+        );
+        // After a timeout annotation, before the tail.
+        let sink = SinkOutput { rescued, ..truncated("tail\n", Some(3)) };
+        let r = shape(sink, &Outcome::TimedOut(Duration::from_secs(5)), Duration::ZERO, LIMIT);
+        assert!(r
+            .output
+            .starts_with("[Command timed out after 5 seconds]\n\n[Earlier in the output"));
     }
 
     #[test]

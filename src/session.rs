@@ -53,6 +53,8 @@ impl BashExecution {
             "output_lines": r.output_lines,
             "artifact_id": r.artifact_id,
             "notice": notice,
+            "resources": r.resources,
+            "rescued": r.rescued,
         });
         BashExecution {
             role: "bashExecution".into(),

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::artifacts::{ArtifactStore, ArtifactWriter, DEFAULT_ARTIFACT_CAP};
+use crate::artifacts::{self, ArtifactStore, ArtifactWriter, DEFAULT_ARTIFACT_CAP};
+use crate::rescue::{Rescue, Rescued};
 
 /// Why the window is shorter than the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -47,6 +48,8 @@ pub struct SinkOutput {
     pub artifact_id: Option<u64>,
     /// The window's line limit (0: the default), which the notice names when lines cut.
     pub max_lines: u64,
+    /// Diagnostics of the part of the output the window cut off (SPEC §7, [`crate::rescue`]).
+    pub rescued: Vec<Rescued>,
 }
 
 /// Window size limit in bytes (SPEC §4.2: 50 KiB).
@@ -118,6 +121,9 @@ pub struct Sink {
     artifact: Option<ArtifactWriter>,
     artifact_id: Option<u64>,
     artifact_error: Option<String>,
+    /// Rescued lines (SPEC §7), until the spill hands it to the artifact writer's thread;
+    /// none with a head limit, whose window keeps the start anyway.
+    rescue: Option<Rescue>,
 }
 
 impl Sink {
@@ -138,7 +144,17 @@ impl Sink {
             artifact: None,
             artifact_id: None,
             artifact_error: None,
+            rescue: config
+                .head
+                .is_none()
+                .then(|| Rescue::new(artifacts::verbatim_prefix(config.artifact_cap))),
         }
+    }
+
+    /// Turns rescued lines off (benchmarks compare the sink with and without them).
+    pub fn without_rescue(mut self) -> Self {
+        self.rescue = None;
+        self
     }
 
     /// Takes the next chunk of sanitized text (any size, not necessarily whole lines).
@@ -235,9 +251,11 @@ impl Sink {
     /// its last `tail` lines. This equals applying head then tail to the full text and then
     /// bounding the result by the window limits (keeping its end).
     pub fn finish(mut self) -> SinkOutput {
+        let mut rescue = None;
         if let Some(writer) = self.artifact.take() {
-            if let Err(e) = writer.finish() {
-                self.note_artifact_error("finishing the artifact failed", &e);
+            match writer.finish_rescue() {
+                Ok(r) => rescue = r,
+                Err(e) => self.note_artifact_error("finishing the artifact failed", &e),
             }
         }
         let total_bytes = self.window.pushed_bytes;
@@ -263,6 +281,12 @@ impl Sink {
         let truncated_by = truncated.then(|| selected.cut_by());
         let shown_range =
             (output_lines > 0).then(|| (selected_lines + 1 - output_lines, selected_lines));
+        let rescued = match (rescue, truncated) {
+            (Some(rescue), true) => {
+                rescue.finish(shown_range.map_or(selected_lines + 1, |r| r.0), text)
+            }
+            _ => Vec::new(),
+        };
         SinkOutput {
             text: text.to_owned(),
             total_bytes,
@@ -274,6 +298,7 @@ impl Sink {
             shown_range,
             artifact_id: self.artifact_id,
             max_lines: self.window.max_lines as u64,
+            rescued,
         }
     }
 
@@ -293,12 +318,14 @@ impl Sink {
             Ok((id, file)) => {
                 self.artifact_id = Some(id);
                 // Until now the whole stream fitted the window, so its buffer holds all of it.
-                let written =
-                    ArtifactWriter::spawn(file, self.artifact_cap).and_then(|mut writer| {
+                let rescue = self.rescue.take();
+                let written = ArtifactWriter::spawn_with(file, self.artifact_cap, rescue).and_then(
+                    |mut writer| {
                         writer.write(self.window.whole_stream().as_bytes())?;
                         writer.write(text.as_bytes())?;
                         Ok(writer)
-                    });
+                    },
+                );
                 match written {
                     Ok(writer) => self.artifact = Some(writer),
                     Err(e) => self.note_artifact_error("writing the artifact failed", &e),

@@ -25,9 +25,11 @@ function M.render(state, opts)
     lines = {},
     highlights = {},
     styles = {},
+    links = {},
     expandable = false,
   }
   H.header(ctx)
+  H.rescued(ctx)
   if state.origin == 'bang' then
     H.bang_body(ctx)
   else
@@ -46,7 +48,17 @@ function M.render(state, opts)
     height = height,
     expandable = ctx.expandable,
     can_load_full = H.can_load_full(state),
+    links = ctx.links,
   }
+end
+
+--- The artifact line a card row points at (a rescued line), or nil.
+---@param rendered agent_bash.Rendered
+---@param row integer 0-based row in the card buffer
+---@return string? url `artifact://<id>#L<n>`
+function M.link_at(rendered, row)
+  local link = rendered.links and rendered.links[row]
+  return link and ('artifact://%d#L%d'):format(link[1], link[2]) or nil
 end
 
 --- The status a finished result means.
@@ -253,6 +265,22 @@ function H.add(ctx, text, group)
   if group or ctx.state.exclude then
     ctx.highlights[#ctx.highlights + 1] = { #ctx.lines - 1, 0, #text, H.group(ctx, group) }
   end
+end
+
+--- Rescued lines (SPEC §7): the diagnostics the window cut off, above the output, each row
+--- linked to its artifact line. Not once the full artifact is loaded: it holds them in place.
+function H.rescued(ctx)
+  local s = ctx.state
+  local r = s.result
+  if not r or type(r.rescued) ~= 'table' or #r.rescued == 0 or s.full_lines or not r.artifact_id then
+    return
+  end
+  H.add(ctx, ('Earlier in the output (artifact://%d lines):'):format(r.artifact_id), 'AgentBashMore')
+  for _, x in ipairs(r.rescued) do
+    H.add(ctx, M.clamp(('%d: %s'):format(x.line, x.text)), 'AgentBashRescued')
+    ctx.links[#ctx.lines - 1] = { r.artifact_id, x.line }
+  end
+  H.add(ctx, '…', 'AgentBashMore')
 end
 
 --- Excluded bang commands draw everything dimmed.
@@ -499,6 +527,10 @@ function H.footer(ctx)
     -- the backend clamps timeouts to [1, 3600] s (SPEC §3): show the one that applies
     parts[#parts + 1] = ('[Timeout: %ss]'):format(H.number(math.min(3600, math.max(1, s.timeout))))
   end
+  local receipt = M.receipt(s.result)
+  if receipt then
+    parts[#parts + 1] = receipt
+  end
   if s.status == 'running' and ctx.kill_key and not s.cancel_requested then
     parts[#parts + 1] = ctx.kill_key .. ' cancel'
   end
@@ -510,6 +542,37 @@ function H.footer(ctx)
   end
   parts[#parts + 1] = ctx.keys.close .. ' close'
   return { { ' ' .. table.concat(parts, ' · ') .. ' ', 'AgentBashFooter' } }
+end
+
+--- What a finished run cost (SPEC §7 receipt), as the footer shows it: `2.0 s CPU, 210 MiB`;
+--- nil when the backend could not tell, or when the run was cheap (under 1 s of CPU and
+--- 100 MiB): a footer on every `ls` saying `0.0 s CPU` would be noise.
+---@param result? agent_bash.BashResult
+---@return string?
+function M.receipt(result)
+  local r = result and result.resources
+  if type(r) ~= 'table' then
+    return nil
+  end
+  local cpu = (r.cpu_user_ms or 0) + (r.cpu_sys_ms or 0)
+  if cpu < 1000 and (r.max_rss_kib or 0) < 102400 then
+    return nil
+  end
+  local parts = {}
+  if r.cpu_user_ms and r.cpu_sys_ms then
+    parts[#parts + 1] = ('%.1f s CPU'):format((r.cpu_user_ms + r.cpu_sys_ms) / 1000)
+  end
+  local kib = r.max_rss_kib
+  if kib then
+    if kib >= 1048576 then
+      parts[#parts + 1] = ('%.1f GiB'):format(kib / 1048576)
+    elseif kib >= 1024 then
+      parts[#parts + 1] = ('%d MiB'):format(math.floor(kib / 1024))
+    else
+      parts[#parts + 1] = ('%d KiB'):format(kib)
+    end
+  end
+  return #parts > 0 and table.concat(parts, ', ') or nil
 end
 
 --- 30 → "30", 1.5 → "1.5".

@@ -312,6 +312,14 @@ function H.keymaps(card)
   map(options.keys.full_output, function()
     M.load_full(card)
   end, 'load the full output')
+  map('<CR>', function()
+    local row = vim.api.nvim_win_get_cursor(0)[1] - 1
+    local url = card.rendered and require('agent_bash.card').link_at(card.rendered, row)
+    if url then
+      vim.cmd('wincmd p')
+      vim.cmd.edit(vim.fn.fnameescape(url))
+    end
+  end, 'open a rescued line in its artifact')
   if options.kill_key then
     map(options.kill_key, function()
       if card.run.finished then

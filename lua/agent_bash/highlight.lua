@@ -17,6 +17,8 @@ M.groups = {
   AgentBashBorder = 'FloatBorder', -- card border
   AgentBashTitle = 'FloatTitle', -- card title text
   AgentBashFooter = 'FloatFooter', -- card footer (key hints, `[Timeout: Ns]`)
+  AgentBashRescued = 'DiagnosticError', -- rescued lines (diagnostics the window cut off)
+  AgentBashArtifactRange = 'Visual', -- the lines `artifact://<id>#L<a>-<b>` points at
 }
 
 --- xterm's default colours 0–15, used when `g:terminal_color_N` is not set.

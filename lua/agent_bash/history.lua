@@ -112,6 +112,8 @@ function M.card_state(entry)
     truncation = (limit or limit_lines)
         and { limit_bytes = limit, limit_lines = limit_lines, truncated_by = limit_lines and 'lines' or 'bytes' }
       or nil,
+    resources = type(meta.resources) == 'table' and meta.resources or nil,
+    rescued = type(meta.rescued) == 'table' and meta.rescued or nil,
   }
   return {
     origin = 'bang',

@@ -27,6 +27,12 @@
 ---@field truncated_by 'bytes'|'lines'
 ---@field shown_range {start: integer, end: integer}
 ---@field limit_bytes? integer window byte limit (default 51200 when absent)
+---@field limit_lines? integer window line limit, named when `truncated_by` is 'lines'
+
+--- A diagnostic of the part the window cut off (SPEC §7), with its artifact line number.
+---@class agent_bash.Rescued
+---@field line integer
+---@field text string
 
 ---@class agent_bash.Blocked
 ---@field blocked boolean
@@ -52,6 +58,8 @@
 ---@field timeout_clamped_from? number
 ---@field blocked? agent_bash.Blocked
 ---@field truncation? agent_bash.Truncation
+---@field rescued? agent_bash.Rescued[] diagnostics the window cut off (SPEC §7)
+---@field resources? {wall_ms: integer, cpu_user_ms?: integer, cpu_sys_ms?: integer, max_rss_kib?: integer} receipt (SPEC §7)
 ---@field error? string set by Lua when the run could not start or the backend died
 
 --- A live update, as passed to `on_update`.
@@ -119,6 +127,7 @@
 ---@field expandable boolean toggling would show more (or less)
 ---@field can_load_full boolean truncated with an artifact not loaded yet
 ---@field width? integer set by float.lua: the width it was rendered for
+---@field links table<integer, [integer, integer]> 0-based row → {artifact id, line} (rescued lines)
 
 --- Session recording (SPEC §10), as the backend's `get_context` and `history` give it.
 ---@class agent_bash.ContextMessage

@@ -329,6 +329,20 @@ async fn handle(state: &Arc<State>, line: &str) {
             });
             send(&state.out, response(id.as_ref(), kind, res)).await;
         }
+        "artifact" => {
+            // SPEC §4.3: `artifact://<id>` or `artifact://<id>#L<a>-<b>`; errors word-exact.
+            let url = obj.get("url").and_then(Value::as_str).unwrap_or("").to_owned();
+            let store = state.rt.store().clone();
+            // Up to 32 MiB from disk: off the runtime thread.
+            let res = tokio::task::spawn_blocking(move || {
+                crate::artifacts::resolve(Some(&store), &url)
+                    .map(|text| Some(json!({"text": text})))
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+            send(&state.out, response(id.as_ref(), "artifact", res)).await;
+        }
         "abort_tool_call" => {
             let target = obj.get("target").map(id_key);
             let found = match (&target, state.tools.lock()) {

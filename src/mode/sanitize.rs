@@ -26,6 +26,9 @@ pub struct SanitizeArgs {
     /// Print the result object (counters, `truncated`, `artifact_id`) instead of the text.
     #[arg(long)]
     pub json: bool,
+    /// Do not rescue diagnostics of the part the window cuts off (for benchmarks).
+    #[arg(long)]
+    pub no_rescue: bool,
 }
 
 /// Reads stdin in chunks of this size.
@@ -44,6 +47,9 @@ pub fn run(args: SanitizeArgs) -> crate::Result<i32> {
     let config =
         SinkConfig { max_bytes: args.max_bytes, max_lines: args.max_lines, ..Default::default() };
     let mut sink = Sink::new(config, store);
+    if args.no_rescue {
+        sink = sink.without_rescue();
+    }
     let mut sanitizer = Sanitizer::new();
     let mut text = String::new();
     let mut buf = vec![0u8; READ_CHUNK];

@@ -605,6 +605,11 @@ impl Shell {
         }
     }
 
+    /// The shell's process id (its counters measure the commands it runs, `crate::resources`).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
     /// The environment entry that marks this shell's processes.
     pub fn mark(&self) -> &str {
         &self.mark

@@ -221,6 +221,22 @@ t.describe('artifact://', function()
     t.eq('agent_bash_artifact', vim.bo[buf].filetype)
   end)
 
+  t.it('#L<a>-<b> jumps to the range and highlights it', function()
+    -- A bare `#` on a command line is the alternate file: escape it, as fnameescape() does.
+    vim.cmd('edit artifact://1\\#L10-20')
+    local buf = vim.api.nvim_get_current_buf()
+    t.eq(100, #lines(buf))
+    t.eq({ 10, 0 }, vim.api.nvim_win_get_cursor(0))
+    local ns = vim.api.nvim_get_namespaces().agent_bash_artifact_range
+    local marks = vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })
+    t.eq(1, #marks)
+    t.eq(9, marks[1][2])
+    t.eq(19, marks[1][4].end_row)
+    t.eq('AgentBashArtifactRange', marks[1][4].hl_group)
+    vim.cmd.edit(vim.fn.fnameescape('artifact://1#L42'))
+    t.eq({ 42, 0 }, vim.api.nvim_win_get_cursor(0))
+  end)
+
   t.it('shows the exact error text and an empty buffer', function()
     notes = {}
     vim.cmd('edit artifact://8')

@@ -203,6 +203,47 @@ t.describe('tool card', function()
     t.eq('[Full output: artifact://2. Truncated: 1 lines shown (2000 lines limit)]', render(state).lines[4])
   end)
 
+  t.it('rescued lines above the output, linked to their artifact lines', function()
+    local state = done(tool({ lines = { 'tail 1', 'tail 2' } }), {
+      total_lines = 5000,
+      output_lines = 2,
+      truncated = true,
+      artifact_id = 3,
+      rescued = { { line = 12, text = 'error[E0308]: mismatched types' }, { line = 13, text = ' --> src/main.rs:2:18' } },
+    })
+    local r = render(state)
+    t.eq({
+      '$ make test',
+      'Earlier in the output (artifact://3 lines):',
+      '12: error[E0308]: mismatched types',
+      '13:  --> src/main.rs:2:18',
+      '…',
+    }, vim.list_slice(r.lines, 1, 5))
+    t.eq('artifact://3#L12', card.link_at(r, 2))
+    t.eq('artifact://3#L13', card.link_at(r, 3))
+    t.eq(nil, card.link_at(r, 4))
+    local groups = {}
+    for _, h in ipairs(r.highlights) do
+      groups[h[1]] = h[4]
+    end
+    t.eq('AgentBashRescued', groups[2])
+    -- Once the full artifact is loaded, the lines are in place: no block.
+    state.full_lines = { 'a', 'b' }
+    t.eq({ '$ make test', 'a', 'b' }, render(state, true).lines)
+  end)
+
+  t.it('the footer shows the receipt of a finished run', function()
+    local state = done(tool({ lines = { 'x' } }), {
+      resources = { wall_ms = 2100, cpu_user_ms = 1900, cpu_sys_ms = 120, max_rss_kib = 215040 },
+    })
+    t.eq(' 2.0 s CPU, 210 MiB · q close ', render(state).footer[1][1])
+    t.eq('1.5 GiB', card.receipt({ resources = { wall_ms = 1, max_rss_kib = 1572864 } }))
+    t.eq(nil, card.receipt({ resources = { wall_ms = 1 } }))
+    -- Cheap runs say nothing.
+    t.eq(nil, card.receipt({ resources = { wall_ms = 5, cpu_user_ms = 3, cpu_sys_ms = 1, max_rss_kib = 2048 } }))
+    t.eq(nil, card.receipt({}))
+  end)
+
   t.it('cwd header', function()
     t.eq({ '$ cd src && make test' }, render(tool({ cwd_label = 'src' })).lines)
   end)

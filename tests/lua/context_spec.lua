@@ -242,6 +242,24 @@ t.describe('history', function()
     ab.close_all()
   end)
 
+  t.it('a recorded run cut by lines says so; its receipt is in the footer', function()
+    local e = entry({
+      command = 'seq 3000',
+      output = '3000\n',
+      truncated = true,
+      meta = {
+        total_lines = 3000,
+        output_lines = 1,
+        artifact_id = 2,
+        notice = '[Showing lines 1001-3000 of 3000 (2000 lines limit). Full: artifact://2]',
+        resources = { wall_ms = 30, cpu_user_ms = 10, cpu_sys_ms = 0, max_rss_kib = 2048 },
+      },
+    })
+    local state = history.card_state(e)
+    t.eq({ truncated_by = 'lines', limit_lines = 2000 }, state.result.truncation)
+    t.eq(2048, state.result.resources.max_rss_kib)
+  end)
+
   t.it(':AgentBashHistory lists newest first, then offers the card or the artifact', function()
     entries = { entry({ command = 'first' }), entry({ command = 'second', meta = { artifact_id = 4 } }) }
     local asked = {}

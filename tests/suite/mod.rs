@@ -6,6 +6,8 @@ mod explain;
 mod nvim;
 mod pipeline;
 mod pty;
+mod receipt;
+mod rescue;
 mod rpc;
 mod shell;
 mod support;

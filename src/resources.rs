@@ -1,0 +1,180 @@
+//! SPEC §7 (Ours, receipt): what a finished run cost, from what Linux tells an unprivileged
+//! process: `resources {wall_ms, cpu_user_ms, cpu_sys_ms, max_rss_kib}`.
+//!
+//! A command runs inside a persistent shell (`crate::shell::local`), which reaps its processes,
+//! so the backend never gets their `wait4` rusage. Instead:
+//! - CPU: `/proc/<shell>/stat` before and after the command. The shell's own time (builtins,
+//!   loops in the shell itself) plus `cutime`/`cstime`, the time of the children it has waited
+//!   for, which include their own waited-for children: the foreground part of the command, whole.
+//!   Background jobs still running are not counted. Resolution: one clock tick (10 ms).
+//! - Peak memory: the largest `VmHWM` (a process's own peak resident set, as `ru_maxrss`) among
+//!   the shell's descendants, sampled every [`SAMPLE_EVERY`] while the command runs: a process
+//!   that lives shorter than that may be missed.
+//!
+//! Fields the OS could not tell (the shell was killed on timeout, no process was sampled) are
+//! absent. Not used: cgroup v2 statistics (they need a delegated subtree, which this kind of
+//! machine does not give).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// How often the command's processes are sampled for their peak memory.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// CPU over this much, or memory over [`EXPENSIVE_RSS_KIB`], adds a line to the model text.
+pub const EXPENSIVE_CPU_MS: u64 = 10_000;
+/// 1 GiB.
+pub const EXPENSIVE_RSS_KIB: u64 = 1 << 20;
+
+/// What a run cost (SPEC §7).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Resources {
+    pub wall_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_user_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_sys_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_rss_kib: Option<u64>,
+}
+
+impl Resources {
+    /// `[Used 12.3 s CPU, peak 1.4 GiB]` when the run was expensive (SPEC §7), else `None`.
+    pub fn note(&self) -> Option<String> {
+        let cpu = match (self.cpu_user_ms, self.cpu_sys_ms) {
+            (Some(u), Some(s)) => Some(u + s),
+            _ => None,
+        };
+        let rss = self.max_rss_kib;
+        let expensive =
+            cpu.is_some_and(|c| c > EXPENSIVE_CPU_MS) || rss.is_some_and(|r| r > EXPENSIVE_RSS_KIB);
+        if !expensive {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if let Some(c) = cpu {
+            parts.push(format!("{:.1} s CPU", c as f64 / 1000.0));
+        }
+        if let Some(r) = rss {
+            parts.push(format!("peak {}", format_kib(r)));
+        }
+        Some(format!("[Used {}]", parts.join(", ")))
+    }
+}
+
+/// `512 KiB`, `210 MiB`, `1.4 GiB`.
+pub fn format_kib(kib: u64) -> String {
+    if kib >= 1 << 20 {
+        format!("{:.1} GiB", kib as f64 / (1u64 << 20) as f64)
+    } else if kib >= 1 << 10 {
+        format!("{} MiB", kib >> 10)
+    } else {
+        format!("{kib} KiB")
+    }
+}
+
+/// CPU times of a process and its waited-for children, in clock ticks.
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    user: u64,
+    sys: u64,
+}
+
+fn cpu_of(pid: i32) -> Option<Cpu> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name: state is field 3; utime, stime, cutime, cstime are 14–17.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let n = |i: usize| f.get(i - 3).and_then(|s| s.parse::<i64>().ok()).map(|v| v.max(0) as u64);
+    Some(Cpu { user: n(14)? + n(16)?, sys: n(15)? + n(17)? })
+}
+
+fn vm_hwm_kib(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+fn ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
+/// Measures one command run by the shell `pid`: start it right before sending the command,
+/// [`finish`](Self::finish) it once the shell reported the command done.
+#[derive(Debug)]
+pub struct Meter {
+    pid: i32,
+    started: Instant,
+    before: Option<Cpu>,
+    peak: Arc<AtomicU64>,
+    sampler: tokio::task::JoinHandle<()>,
+}
+
+impl Meter {
+    pub fn start(pid: i32) -> Meter {
+        let peak = Arc::new(AtomicU64::new(0));
+        let seen = peak.clone();
+        let sampler = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SAMPLE_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                for p in crate::shell::procs::collect(Some(pid), None) {
+                    if p.pid != pid {
+                        if let Some(kib) = vm_hwm_kib(p.pid) {
+                            seen.fetch_max(kib, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        });
+        Meter { pid, started: Instant::now(), before: cpu_of(pid), peak, sampler }
+    }
+
+    /// The receipt. `alive`: the shell survived the command (after a kill its counters are gone).
+    pub fn finish(self, alive: bool) -> Resources {
+        self.sampler.abort();
+        let wall_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let peak = self.peak.load(Ordering::Relaxed);
+        let after = if alive { cpu_of(self.pid) } else { None };
+        let (cpu_user_ms, cpu_sys_ms) = match (self.before, after) {
+            (Some(b), Some(a)) => {
+                let ms = |t: u64| t * 1000 / ticks_per_second();
+                (Some(ms(a.user.saturating_sub(b.user))), Some(ms(a.sys.saturating_sub(b.sys))))
+            }
+            _ => (None, None),
+        };
+        Resources { wall_ms, cpu_user_ms, cpu_sys_ms, max_rss_kib: (peak > 0).then_some(peak) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn note_only_for_expensive_runs() {
+        let r = |cpu: u64, rss: u64| Resources {
+            wall_ms: 1,
+            cpu_user_ms: Some(cpu),
+            cpu_sys_ms: Some(300),
+            max_rss_kib: Some(rss),
+        };
+        assert_eq!(r(1_000, 1000).note(), None);
+        assert_eq!(r(12_000, 1_468_006).note().unwrap(), "[Used 12.3 s CPU, peak 1.4 GiB]");
+        assert_eq!(r(100, 2 << 20).note().unwrap(), "[Used 0.4 s CPU, peak 2.0 GiB]");
+        assert_eq!(r(20_000, 215_040).note().unwrap(), "[Used 20.3 s CPU, peak 210 MiB]");
+        let unknown = Resources { wall_ms: 5, ..Default::default() };
+        assert_eq!(unknown.note(), None);
+        assert_eq!(serde_json::to_value(unknown).unwrap(), serde_json::json!({"wall_ms": 5}));
+    }
+}
