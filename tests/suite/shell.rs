@@ -70,7 +70,6 @@ async fn shell_timeout_kills_tree_including_setsid() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let mut sh = Shell::spawn(&cfg).await.unwrap();
-    let mark = sh.mark().to_string();
     let (end, out) = run(
         &mut sh,
         "setsid sleep 300 & trap '' TERM; echo started; sleep 10; echo done",
@@ -79,5 +78,5 @@ async fn shell_timeout_kills_tree_including_setsid() {
     .await;
     assert_eq!(end, Ending::TimedOut);
     assert_eq!(out, "started\n");
-    assert!(procs::collect(None, Some(&mark)).is_empty());
+    assert!(sh.group().members().is_empty());
 }
