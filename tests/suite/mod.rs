@@ -2,6 +2,8 @@
 
 mod exec;
 mod explain;
+mod faults;
+mod load;
 mod nvim;
 mod pipeline;
 mod pty;
