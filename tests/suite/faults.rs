@@ -328,3 +328,78 @@ async fn faults_tracking_mode_is_reported() {
         }
     }
 }
+
+/// The artifacts directory cannot be created (a file is in the way; permissions would not stop
+/// root): the run completes, truncated, and says the full output was not saved.
+#[tokio::test]
+async fn faults_artifacts_dir_unwritable() {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("sessions"), "not a directory").unwrap();
+    let mut rpc = Rpc::start_env(state, None, &[], &[]).await;
+    let d = rpc.tool(json!({"command": "seq 1 100000"})).await;
+    assert_eq!(d["exitCode"], 0, "{d}");
+    assert_eq!(d["totalLines"], 100000);
+    assert_eq!(d["truncated"], true);
+    assert!(d.get("artifactId").is_none(), "{d}");
+    let out = d["output"].as_str().unwrap();
+    assert!(out.ends_with("100000\n\n[Showing lines 98001-100000 of 100000 (50.0KB limit). Full output not saved: creating the artifact failed: Not a directory (os error 20)]"), "{}", &out[out.len() - 300..]);
+    // And the backend keeps serving.
+    assert_eq!(rpc.tool(json!({"command": "echo ok"})).await["output"], "ok\n");
+}
+
+/// The artifact's filesystem fills up mid-run (a 256 KiB tmpfs mounted over the sessions
+/// directory in a private mount namespace): the run completes, its window is intact, and it
+/// says the full output was not saved instead of offering a cut artifact as the full one.
+#[tokio::test]
+async fn faults_artifact_write_fails_mid_run() {
+    let state = tempfile::tempdir().unwrap();
+    let sessions = state.path().join("sessions");
+    std::fs::create_dir(&sessions).unwrap();
+    let probe = std::process::Command::new("unshare")
+        .args(["--mount", "--map-root-user", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        println!("SKIPPED here, said loudly: `unshare --mount --map-root-user` is not permitted, so no private tmpfs can fill up; faults_artifacts_dir_unwritable covers the failing-create path");
+        return;
+    }
+    let script = format!(
+        "mount -t tmpfs -o size=256k tmpfs {} && exec \"$0\" \"$@\"",
+        sessions.display()
+    );
+    let wrapper = ["unshare", "--mount", "--map-root-user", "sh", "-c", script.as_str()];
+    let mut rpc = Rpc::start_wrapped(state, None, &["--session-id", "s1"], &[], &wrapper).await;
+    let d = rpc.tool(json!({"command": "seq 1 1000000"})).await;
+    assert_eq!(d["exitCode"], 0, "{d}");
+    assert_eq!(d["totalLines"], 1000000);
+    assert_eq!(d["truncated"], true);
+    assert!(d.get("artifactId").is_none(), "{d}");
+    let out = d["output"].as_str().unwrap();
+    assert!(out.contains("\n999999\n1000000\n\n[Showing lines"), "{}", &out[out.len() - 300..]);
+    assert!(
+        out.ends_with("Full output not saved: writing the artifact failed: No space left on device (os error 28)]"),
+        "{}",
+        &out[out.len() - 300..]
+    );
+    // Small outputs need no artifact and still work; the backend keeps serving.
+    assert_eq!(rpc.tool(json!({"command": "echo ok"})).await["output"], "ok\n");
+}
+
+/// A symlink planted where the next artifact will be written is not followed: its target is
+/// untouched and the artifact goes to the next free id.
+#[tokio::test]
+async fn faults_planted_symlink_is_not_followed() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("sessions").join("s1");
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = state.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("0.bash.log")).unwrap();
+    let mut rpc = Rpc::start_in(state, None, &["--session-id", "s1"]).await;
+    let d = rpc.tool(json!({"command": "seq 1 100000"})).await;
+    assert_eq!(d["truncated"], true);
+    assert_eq!(d["artifactId"], 1, "{d}");
+    let victim = rpc.state.path().join("victim");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let full = std::fs::read_to_string(dir.join("1.bash.log")).unwrap();
+    assert_eq!(full.lines().count(), 100000);
+}

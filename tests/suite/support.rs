@@ -43,7 +43,26 @@ impl Rpc {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Rpc {
-        let mut cmd = Command::new(BIN);
+        Rpc::start_wrapped(state, config, args, env, &[]).await
+    }
+
+    /// [`Rpc::start_env`] under a wrapper command (`unshare … sh -c '…; exec "$0" "$@"'`): the
+    /// wrapper must end by exec'ing the binary, so the pid stays the backend's.
+    pub async fn start_wrapped(
+        state: tempfile::TempDir,
+        config: Option<&str>,
+        args: &[&str],
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Rpc {
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         cmd.envs(env.iter().copied());
         cmd.arg("--log-file").arg(state.path().join("log")).arg("rpc").args(args);
         let cfg_text =
