@@ -5,6 +5,7 @@ mod explain;
 mod faults;
 mod load;
 mod nvim;
+mod nvim_faults;
 mod pipeline;
 mod pty;
 mod rpc;
