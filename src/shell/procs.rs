@@ -278,12 +278,14 @@ pub fn tracking_mode() -> &'static str {
 
 /// Our own cgroup v2 directory: `/proc/self/cgroup`'s `0::<path>` under the cgroup2 mount.
 fn own_cgroup_dir() -> Result<PathBuf, String> {
-    let text = fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let text =
+        fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
     let rel = text
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
         .ok_or("no cgroup v2 hierarchy in /proc/self/cgroup")?;
-    let mounts = fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
+    let mounts =
+        fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
     for line in mounts.lines() {
         // `id parent dev root mountpoint opts… - fstype source superopts`
         let Some((left, right)) = line.split_once(" - ") else { continue };
@@ -317,7 +319,8 @@ fn create_parent_cgroup() -> Result<PathBuf, String> {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     let dir = own.join(format!("agent-bash-{}-{t:x}", std::process::id()));
-    fs::create_dir(&dir).map_err(|e| format!("cannot create a cgroup in {}: {e}", own.display()))?;
+    fs::create_dir(&dir)
+        .map_err(|e| format!("cannot create a cgroup in {}: {e}", own.display()))?;
     if !dir.join("cgroup.kill").exists() {
         let _ = fs::remove_dir(&dir);
         return Err("no cgroup.kill (Linux < 5.14)".into());
@@ -447,9 +450,10 @@ impl Group {
     /// `fork` and `exec`). Keep the returned fd until the spawn returned.
     pub fn prepare(&self, cmd: &mut std::process::Command) -> Option<OwnedFd> {
         use std::os::unix::process::CommandExt;
-        let file = self.inner.cgroup.as_ref().and_then(|dir| {
-            fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).ok()
-        });
+        let file =
+            self.inner.cgroup.as_ref().and_then(|dir| {
+                fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).ok()
+            });
         let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
         let hook = move || {
             // SAFETY: async-signal-safe syscalls only (prctl, write), no allocation. Failures
@@ -529,9 +533,8 @@ impl Drop for Group {
         signal_pids(&left, libc::SIGKILL);
         if let Some(dir) = self.inner.cgroup.clone() {
             if busy {
-                let spawned = std::thread::Builder::new()
-                    .name("cgroup-rm".into())
-                    .spawn(move || {
+                let spawned =
+                    std::thread::Builder::new().name("cgroup-rm".into()).spawn(move || {
                         cgroup_kill(&dir, CGROUP_EMPTY_WAIT);
                         remove_cgroup_tree(&dir);
                     });

@@ -37,7 +37,9 @@ async fn load_64_concurrent_calls_stay_apart() {
     for n in 0..64 {
         let cmd = format!("yes {} | head -c {MB}", line(n));
         let id = rpc
-            .send(json!({"type": "tool_call", "command": cmd, "session_key": format!("k{}", n % 8)}))
+            .send(
+                json!({"type": "tool_call", "command": cmd, "session_key": format!("k{}", n % 8)}),
+            )
             .await;
         ids.push(id);
     }

@@ -49,7 +49,12 @@ async fn nvim_sigkilled_editor_leaves_nothing() {
         !alive(backend) && [&a, &b, &c].iter().all(|t| procs_with_cmdline(t).is_empty())
     })
     .await;
-    assert!(ok, "backend alive: {}; left: {:?}", alive(backend), [&a, &b, &c].map(|t| procs_with_cmdline(t)));
+    assert!(
+        ok,
+        "backend alive: {}; left: {:?}",
+        alive(backend),
+        [&a, &b, &c].map(|t| procs_with_cmdline(t))
+    );
 }
 
 /// The backend is SIGKILLed while a pipe command and a terminal (PTY) command run: one clear
@@ -62,7 +67,11 @@ async fn nvim_backend_sigkill_during_pipe_and_pty_runs() {
         "require('agent_bash').run('(setsid env -i sleep {a} >/dev/null 2>&1 &); sleep {b}', {{pty = true}})"
     ))
     .await;
-    ed.tool_call("t", &format!("{{command = '(setsid env -i sleep {c} >/dev/null 2>&1 &); sleep {d}'}}")).await;
+    ed.tool_call(
+        "t",
+        &format!("{{command = '(setsid env -i sleep {c} >/dev/null 2>&1 &); sleep {d}'}}"),
+    )
+    .await;
     for t in [&a, &b, &c, &d] {
         assert!(eventually(Duration::from_secs(10), || !procs_with_cmdline(t).is_empty()).await);
     }
