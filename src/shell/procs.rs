@@ -472,11 +472,12 @@ impl Group {
     }
 
     /// A first shell statement that moves the shell into the group's cgroup (for spawns without
-    /// a `pre_exec` hook: PTY runs). Empty without a cgroup.
+    /// a `pre_exec` hook: PTY runs), ending in `;` so the command's lines keep their numbers.
+    /// Empty without a cgroup.
     pub fn join_statement(&self) -> String {
         match &self.inner.cgroup {
             Some(dir) => format!(
-                "printf 0 2>/dev/null >{}\n",
+                "printf 0 2>/dev/null >{};",
                 super::local::quote(&dir.join("cgroup.procs").to_string_lossy())
             ),
             None => String::new(),
