@@ -50,7 +50,7 @@ async fn load_64_concurrent_calls_stay_apart() {
         let expected: Vec<u8> = mine.bytes().cycle().take(MB as usize).collect();
         let l = mine.len() as u64;
         assert_eq!(d["totalBytes"], MB, "call {n}: {d}");
-        assert_eq!(d["totalLines"], MB / l + u64::from(MB % l > 0), "call {n}");
+        assert_eq!(d["totalLines"], MB.div_ceil(l), "call {n}");
         assert_eq!(d["exitCode"], 0, "call {n}");
         // The window: only this call's lines (the first may start mid-line, the last is cut
         // where `head -c` cut it).
