@@ -78,6 +78,9 @@ struct Slot {
     shell: Option<Shell>,
     /// The previous shell of this key was thrown away: the next run reports `shell_restarted`.
     lost: bool,
+    /// The shell was started for a bang command, with the editor's handles in its environment:
+    /// a tool call never runs in it (SPEC §5).
+    editor_env: bool,
     last_used: Option<Instant>,
 }
 
@@ -85,7 +88,10 @@ struct Slot {
 pub struct Runtime {
     settings: Settings,
     interceptor: Interceptor,
+    /// For tool calls: no handle on the editor in the environment ([`EDITOR_HANDLES`]).
     shell_cfg: ShellConfig,
+    /// The environment of bang commands: the editor's, handles included (as `:!` has them).
+    bang_env: Vec<(OsString, OsString)>,
     store: Arc<ArtifactStore>,
     base_dir: PathBuf,
     snapshots: Arc<snapshot::Snapshots>,
@@ -111,7 +117,12 @@ impl Runtime {
         let shell = settings.resolve_shell();
         let prefix = settings.resolve_prefix()?;
         let runtime_dir = tempfile::Builder::new().prefix("agent-bash-").tempdir()?;
-        let env = command_env(&settings, &shell);
+        let bang_env = command_env(&settings, &shell);
+        let env = bang_env
+            .iter()
+            .filter(|(k, _)| !EDITOR_HANDLES.iter().any(|h| k == h))
+            .cloned()
+            .collect();
         let owner = shell::nonce();
         let interceptor = Interceptor::new(&settings.interceptor);
         Ok(Runtime {
@@ -124,6 +135,7 @@ impl Runtime {
                 runtime_dir: runtime_dir.path().to_path_buf(),
                 owner,
             },
+            bang_env,
             store: Arc::new(ArtifactStore::new(session_dir)),
             base_dir,
             snapshots: Arc::new(snapshot::Snapshots::new(Some(
@@ -222,7 +234,8 @@ impl Runtime {
         }
         // §6 PTY or pipes.
         if use_pty {
-            let job = pty_path::PtyJob { norm: &norm, cwd: &cwd, timeout, started };
+            let job =
+                pty_path::PtyJob { norm: &norm, cwd: &cwd, timeout, started, origin: req.origin };
             return Ok(self.pty_path(job, cancel, on_update, hooks).await);
         }
 
@@ -241,10 +254,22 @@ impl Runtime {
         };
         let waited = wait_started.elapsed();
         let mut shell_restarted = false;
+        let editor_env = req.origin == Origin::Bang;
+        if slot.editor_env && !editor_env {
+            // A bang command started this key's shell with the editor's handles: a tool call
+            // gets a fresh one without them.
+            if let Some(mut sh) = slot.shell.take() {
+                sh.kill().await;
+                slot.lost = true;
+            }
+        }
         if slot.shell.is_none() && !self.isolated.load(Ordering::Relaxed) {
             shell_restarted = slot.lost;
-            match self.spawn_shell().await {
-                Ok(sh) => slot.shell = Some(sh),
+            match self.spawn_shell(req.origin).await {
+                Ok(sh) => {
+                    slot.shell = Some(sh);
+                    slot.editor_env = editor_env;
+                }
                 Err(e) if shell::is_isolated(&e) => {
                     tracing::info!(
                         "prefix isolates the shell: one process per command from now on"
@@ -275,7 +300,7 @@ impl Runtime {
             Some(shell) => shell.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await,
             None => {
                 shell::run_oneshot(
-                    &self.shell_cfg,
+                    &self.shell_config(req.origin),
                     &norm.runnable(),
                     &cwd,
                     &mut feed,
@@ -359,8 +384,17 @@ impl Runtime {
         map.entry(key.to_string()).or_default().clone()
     }
 
-    async fn spawn_shell(&self) -> std::io::Result<Shell> {
+    /// The shell configuration for a command of `origin` (the environment differs).
+    fn shell_config(&self, origin: Origin) -> ShellConfig {
         let mut cfg = self.shell_cfg.clone();
+        if origin == Origin::Bang {
+            cfg.env = self.bang_env.clone();
+        }
+        cfg
+    }
+
+    async fn spawn_shell(&self, origin: Origin) -> std::io::Result<Shell> {
+        let mut cfg = self.shell_config(origin);
         cfg.snapshot = self.snapshot().await;
         Shell::spawn(&cfg).await
     }
@@ -416,8 +450,9 @@ impl Runtime {
                 sh.kill().await;
             }
         }
+        // Orphans of shells that died on their own, and anything still carrying our mark.
         let mark = format!("{}={}", procs::OWNER_VAR, self.owner());
-        procs::kill_tree(None, Some(mark), procs::KILL_GRACE).await;
+        procs::sweep(Some(mark), procs::KILL_GRACE).await;
     }
 }
 
@@ -575,12 +610,16 @@ fn live(sink: &Sink, display: Option<&Display>, pending: &str, last: bool) -> Li
     }
 }
 
+/// Variables that give a command a handle on the user's editor: never in a tool call's
+/// environment (SPEC §5); bang commands keep them, as `:!` does.
+pub const EDITOR_HANDLES: &[&str] = &["NVIM", "NVIM_LISTEN_ADDRESS"];
+
 /// The environment of every command (SPEC §5, §6): the caller's environment, the agent markers,
-/// the hardening, then the user's `env` setting on top.
+/// the hardening, then the user's `env` setting on top. Tool calls get it without
+/// [`EDITOR_HANDLES`].
 pub fn command_env(settings: &Settings, shell: &Path) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| k != procs::OWNER_VAR && k != procs::SHELL_VAR)
-        .collect();
+    let mut env: Vec<(OsString, OsString)> =
+        std::env::vars_os().filter(|(k, _)| k != procs::OWNER_VAR).collect();
     let mut set = |k: &str, v: &str| {
         env.retain(|(ek, _)| ek != k);
         env.push((k.into(), v.into()));

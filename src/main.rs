@@ -36,7 +36,12 @@ enum Mode {
     Sanitize(mode::sanitize::SanitizeArgs),
     /// Internal: kills what a backend started once that backend is gone.
     #[command(name = "__watchdog", hide = true)]
-    Watchdog { owner: String },
+    Watchdog {
+        owner: String,
+        /// The backend's parent cgroup, killed and removed when the backend is gone.
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
+    },
 }
 
 fn init_logging(path: Option<PathBuf>) {
@@ -64,8 +69,10 @@ fn run_async<F: std::future::Future<Output = agent_bash::Result<i32>>>(
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let code = rt.block_on(async {
         let reaper = tokio::spawn(reap_loop());
+        let scanner = tokio::spawn(procs::scan_loop());
         let code = f.await;
         reaper.abort();
+        scanner.abort();
         code
     })?;
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -83,8 +90,8 @@ async fn reap_loop() {
 
 fn main() {
     let cli = Cli::parse();
-    if let Mode::Watchdog { owner } = &cli.mode {
-        std::process::exit(procs::run_watchdog(owner));
+    if let Mode::Watchdog { owner, cgroup } = &cli.mode {
+        std::process::exit(procs::run_watchdog(owner, cgroup.as_deref()));
     }
     init_logging(cli.log_file);
     let status: anyhow::Result<i32> = match cli.mode {

@@ -43,9 +43,9 @@
 //! A run is complete when the exit status is known and the reader reached EOF; or
 //! [`LEFTOVER_GRACE`] after the exit while a leftover process still holds the terminal, which is
 //! then killed. The child is a session leader (portable-pty calls `setsid`), and an interactive
-//! shell inside the PTY puts its jobs in their own process groups, so a kill collects the session
-//! ([`procs::collect_session`]) plus the usual descendants and marked escapees, and runs the
-//! SIGTERM → [`procs::KILL_GRACE`] → SIGKILL ladder.
+//! shell inside the PTY puts its jobs in their own process groups, so the run's [`procs::Group`]
+//! takes the session's processes as well as its cgroup (joined by the script's first statement)
+//! and descendants, and its kill runs the SIGTERM → [`procs::KILL_GRACE`] → SIGKILL ladder.
 //!
 //! # Caveats
 //! portable-pty spawns through a `pre_exec` hook (for `setsid` and the controlling terminal),
@@ -285,7 +285,9 @@ pub async fn run(
     argv.push(shell_word(cfg));
     argv.extend(kind.args().iter().map(OsString::from));
     argv.push("-c".into());
-    argv.push(script(kind, cfg.snapshot.as_deref(), cwd, command).into());
+    let group = Arc::new(procs::Group::new(true));
+    let join = group.join_statement();
+    argv.push(format!("{join}{}", script(kind, cfg.snapshot.as_deref(), cwd, command)).into());
     let mut cmd = CommandBuilder::from_argv(argv);
     cmd.env_clear();
     for (k, v) in &cfg.env {
@@ -293,10 +295,8 @@ pub async fn run(
             cmd.env(k, v);
         }
     }
-    let run_mark = shell::nonce();
     cmd.env("TERM", TERM);
     cmd.env(procs::OWNER_VAR, &cfg.owner);
-    cmd.env(procs::SHELL_VAR, &run_mark);
     cmd.cwd(cwd);
 
     let pair = portable_pty::native_pty_system().openpty(size.pty_size()).map_err(pty_err)?;
@@ -312,9 +312,9 @@ pub async fn run(
     drop(pair.slave);
     let master = pair.master;
     let pid = child.process_id().map(|p| p as i32).unwrap_or(-1);
-    let mark = format!("{}={run_mark}", procs::SHELL_VAR);
-    // If a helper thread cannot be started, the command must not outlive the error.
-    let mut orphan_guard = KillOnDrop { sid: pid, mark: mark.clone(), armed: true };
+    group.started(pid);
+    // If a helper thread cannot be started, the command must not outlive the error: dropping
+    // the group kills it.
 
     let (exit_tx, mut exit_rx) = tokio::sync::oneshot::channel::<Option<i32>>();
     std::thread::Builder::new().name("pty-wait".into()).spawn(move || {
@@ -388,8 +388,6 @@ pub async fn run(
         }
     })?;
 
-    orphan_guard.armed = false;
-
     let mut control = hooks.control;
     let mut exit: Option<Option<i32>> = None;
     let mut exited_at: Option<Instant> = None;
@@ -399,10 +397,8 @@ pub async fn run(
     let mut give_up: Option<Instant> = None;
     let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
     let start_kill = |grace: Duration| {
-        let mark = mark.clone();
-        tokio::task::spawn_blocking(move || {
-            procs::kill_session_blocking(pid, Some(&mark), grace);
-        })
+        let group = group.clone();
+        tokio::task::spawn_blocking(move || group.kill_blocking(grace))
     };
     loop {
         if exit.is_some() && eof {
@@ -489,22 +485,6 @@ pub async fn run(
     drop(chunk_rx);
     drop(master);
     Ok(ending.unwrap_or(PtyEnd::Exited(exit.flatten())))
-}
-
-/// Kills a PTY run's session when dropped while armed (an early error return).
-struct KillOnDrop {
-    sid: i32,
-    mark: String,
-    armed: bool,
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            // Only on a failure path, so blocking briefly here is acceptable.
-            procs::kill_session_blocking(self.sid, Some(&self.mark), Duration::ZERO);
-        }
-    }
 }
 
 /// Our own read end of the master: a duplicate of its fd, so the reader thread can ask whether

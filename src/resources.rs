@@ -128,11 +128,9 @@ impl Meter {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                for p in crate::shell::procs::collect(Some(pid), None) {
-                    if p.pid != pid {
-                        if let Some(kib) = vm_hwm_kib(p.pid) {
-                            seen.fetch_max(kib, Ordering::Relaxed);
-                        }
+                for p in descendants(pid) {
+                    if let Some(kib) = vm_hwm_kib(p) {
+                        seen.fetch_max(kib, Ordering::Relaxed);
                     }
                 }
             }
@@ -177,4 +175,17 @@ mod tests {
         assert_eq!(unknown.note(), None);
         assert_eq!(serde_json::to_value(unknown).unwrap(), serde_json::json!({"wall_ms": 5}));
     }
+}
+
+/// The live descendants of `root` (not `root` itself), by parent pid.
+fn descendants(root: i32) -> Vec<i32> {
+    let procs = crate::shell::procs::all_procs();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(procs.iter().filter(|p| p.ppid == parent && !p.zombie).map(|p| p.pid));
+        i += 1;
+    }
+    found.split_off(1)
 }

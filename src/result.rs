@@ -103,6 +103,9 @@ pub struct Truncation {
     pub output_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifact_id: Option<u64>,
+    /// Why the full output could not be saved (then there is no artifact to offer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifact_error: Option<String>,
     /// The window's byte limit, as the notice shows it (renderers word their own warning).
     pub limit_bytes: u64,
     /// The window's line limit, which the notice names when lines cut (`truncated_by`).
@@ -159,6 +162,7 @@ pub fn shape(
         output_lines: sink.output_lines,
         output_bytes: sink.output_bytes,
         artifact_id: sink.artifact_id,
+        artifact_error: sink.artifact_error.clone(),
         limit_bytes,
         limit_lines: match sink.max_lines {
             0 => crate::sink::DEFAULT_MAX_LINES as u64,
@@ -254,6 +258,8 @@ pub fn truncation_notice(truncation: &Truncation, limit_bytes: u64) -> String {
         format!("[Showing lines {start}-{end} of {} ({limit} limit)", truncation.total_lines);
     if let Some(id) = truncation.artifact_id {
         notice.push_str(&format!(". Full: artifact://{id}"));
+    } else if let Some(e) = &truncation.artifact_error {
+        notice.push_str(&format!(". Full output not saved: {e}"));
     }
     notice.push(']');
     notice
@@ -366,6 +372,18 @@ mod tests {
             let input = format!("{:?} / {outcome:?}", sink.text);
             assert_eq!(text(sink, outcome), expected, "{input}");
         }
+    }
+
+    #[test]
+    fn notice_says_when_the_full_output_was_not_saved() {
+        let failed = SinkOutput {
+            artifact_error: Some("writing the artifact failed: No space left on device".into()),
+            ..truncated("t\n", None)
+        };
+        assert_eq!(
+            text(failed, Outcome::Exited(0)),
+            "t\n\n[Showing lines 9001-10000 of 10000 (50.0KB limit). Full output not saved: writing the artifact failed: No space left on device]"
+        );
     }
 
     #[test]

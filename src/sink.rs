@@ -45,7 +45,12 @@ pub struct SinkOutput {
     pub truncated_by: Option<TruncatedBy>,
     /// 1-based inclusive line range of the full output that `text` shows.
     pub shown_range: Option<(u64, u64)>,
+    /// The artifact holding the whole output; `None` when there is none, or when it could not
+    /// be created or completely written ([`SinkOutput::artifact_error`] says why).
     pub artifact_id: Option<u64>,
+    /// Why the whole output could not be saved (a failed create or write: full disk, file size
+    /// limit, unwritable directory).
+    pub artifact_error: Option<String>,
     /// The window's line limit (0: the default), which the notice names when lines cut.
     pub max_lines: u64,
     /// Diagnostics of the part of the output the window cut off (SPEC §7, [`crate::rescue`]).
@@ -296,7 +301,9 @@ impl Sink {
             truncated,
             truncated_by,
             shown_range,
-            artifact_id: self.artifact_id,
+            // A partly written artifact is not the full output: it is not offered as one.
+            artifact_id: self.artifact_id.filter(|_| self.artifact_error.is_none()),
+            artifact_error: self.artifact_error.take(),
             max_lines: self.window.max_lines as u64,
             rescued,
         }

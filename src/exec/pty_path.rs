@@ -24,6 +24,8 @@ pub(super) struct PtyJob<'a> {
     pub timeout: Option<Timeout>,
     /// When the tool call arrived (its duration counts from here).
     pub started: Instant,
+    /// Bang commands keep the editor's handles in their environment.
+    pub origin: super::Origin,
 }
 
 impl Runtime {
@@ -71,11 +73,11 @@ impl Runtime {
         on_update: Option<UpdateFn>,
         hooks: PtyHooks,
     ) -> BashResult {
-        let PtyJob { norm, cwd, timeout, started } = job;
+        let PtyJob { norm, cwd, timeout, started, origin } = job;
         let limits = &self.settings.limits;
         // Always styled: the finished run's card view keeps the screen's colours.
         let mut out = Feed::new(self, norm, true, on_update);
-        let mut cfg = self.shell_cfg.clone();
+        let mut cfg = self.shell_config(origin);
         cfg.snapshot = self.snapshot().await;
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
         // A terminal cannot be closed early as a pipe can (SPEC §1's head-only rule), so a

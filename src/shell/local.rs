@@ -35,8 +35,8 @@
 //! status fd the command managed to close makes the shell exit (`|| exit`), which the session
 //! notices the same way, instead of waiting forever for a status that cannot come.
 //!
-//! The shell runs in its own process group and carries the markers of [`super::procs`]; cancel
-//! and timeout kill the whole tree and throw the shell away.
+//! The shell runs in its own process group and its own [`procs::Group`] (a cgroup, and a child
+//! subreaper); cancel and timeout kill the whole group and throw the shell away.
 
 use std::ffi::OsString;
 use std::io;
@@ -88,8 +88,7 @@ pub async fn run_oneshot(
     deadline: Option<Instant>,
     cancel: &CancellationToken,
 ) -> io::Result<RunEnd> {
-    let mark_nonce = nonce();
-    let mark = format!("{}={}", procs::SHELL_VAR, mark_nonce);
+    let group = procs::Group::new(false);
     let script = format!(
         "builtin cd -- {} && builtin eval {}",
         quote(&cwd.to_string_lossy()),
@@ -98,12 +97,13 @@ pub async fn run_oneshot(
     let (tx, rx) = tokio::net::unix::pipe::pipe()?;
     let writer = tx.into_blocking_fd()?;
     let writer2 = writer.try_clone()?;
-    let mut cmd = shell_command(cfg, &["-c".into(), script.into()], &mark_nonce);
+    let (mut cmd, join) = shell_command(cfg, &["-c".into(), script.into()], &group);
     cmd.stdin(Stdio::null()).stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
     let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))?;
     // Our copies of the write end went into the child; only its tree holds the pipe now.
-    drop(cmd);
+    drop((cmd, join));
     let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+    group.started(pid);
     let mut buf = vec![0u8; READ_CHUNK];
     // Owned, so that dropping it (the head-only rule) closes the pipe and the producer gets
     // SIGPIPE.
@@ -151,7 +151,7 @@ pub async fn run_oneshot(
         }
     };
     // Whatever is left (background jobs, or the whole tree on timeout and cancel) goes.
-    procs::kill_tree(Some(pid), Some(mark), procs::KILL_GRACE).await;
+    group.kill(procs::KILL_GRACE).await;
     if exited.is_none() {
         let _ = child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
@@ -161,28 +161,34 @@ pub async fn run_oneshot(
 }
 
 /// `<prefix…> <shell> <no-rc args> <extra…>` as a command with the shell environment and the
-/// markers (`shell_nonce` for [`procs::SHELL_VAR`]), in a process group of its own.
-fn shell_command(cfg: &ShellConfig, extra: &[OsString], shell_nonce: &str) -> Command {
+/// owner mark, in a process group of its own, entering `group` (keep the returned fd until the
+/// spawn returned).
+fn shell_command(
+    cfg: &ShellConfig,
+    extra: &[OsString],
+    group: &procs::Group,
+) -> (Command, Option<std::os::fd::OwnedFd>) {
     let kind = ShellKind::of(&cfg.shell);
     let mut argv: Vec<OsString> = cfg.prefix.iter().map(OsString::from).collect();
     argv.push(cfg.shell.clone().into_os_string());
     argv.extend(kind.args().iter().map(OsString::from));
     argv.extend(extra.iter().cloned());
-    let mut cmd = Command::new(&argv[0]);
+    let mut std_cmd = std::process::Command::new(&argv[0]);
     if cfg.prefix.is_empty() {
         // `$0` and the name in error messages, as `bash -c` shows them (`bash: line 1: …`).
         if let Some(name) = cfg.shell.file_name() {
-            cmd.arg0(name);
+            std::os::unix::process::CommandExt::arg0(&mut std_cmd, name);
         }
     }
+    let join = group.prepare(&mut std_cmd);
+    let mut cmd = Command::from(std_cmd);
     cmd.args(&argv[1..])
         .env_clear()
         .envs(cfg.env.iter().map(|(k, v)| (k, v)))
         .env(procs::OWNER_VAR, &cfg.owner)
-        .env(procs::SHELL_VAR, shell_nonce)
         .process_group(0)
         .kill_on_drop(true);
-    cmd
+    (cmd, join)
 }
 
 /// Which dialect the protocol lines are written in.
@@ -284,7 +290,7 @@ pub struct RunEnd {
 pub struct Shell {
     child: Child,
     pid: i32,
-    mark: String,
+    group: procs::Group,
     stdin: ChildStdin,
     status: Lines<BufReader<ChildStdout>>,
     seq: u64,
@@ -341,18 +347,20 @@ impl Shell {
     /// Starts a shell, sources the snapshot and waits until it answers.
     pub async fn spawn(cfg: &ShellConfig) -> io::Result<Shell> {
         let kind = ShellKind::of(&cfg.shell);
-        let shell_nonce = nonce();
-        let mut cmd = shell_command(cfg, &[], &shell_nonce);
+        let group = procs::Group::new(false);
+        let (mut cmd, join) = shell_command(cfg, &[], &group);
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
         let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))?;
+        drop(join);
         let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+        group.started(pid);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(io::Error::other("shell pipes missing"));
         };
         let mut shell = Shell {
             child,
             pid,
-            mark: format!("{}={}", procs::SHELL_VAR, shell_nonce),
+            group,
             stdin,
             status: BufReader::new(stdout).lines(),
             seq: 0,
@@ -578,6 +586,8 @@ impl Shell {
         }
         drop(rx);
         let _ = std::fs::remove_file(&fifo);
+        // Fallback tracking: what the command left running is known before the next one.
+        self.group.note();
         Ok(RunEnd { ending, closed_early })
     }
 
@@ -596,7 +606,7 @@ impl Shell {
         if std::mem::replace(&mut self.killed, true) {
             return;
         }
-        procs::kill_tree(Some(self.pid), Some(self.mark.clone()), procs::KILL_GRACE).await;
+        self.group.kill(procs::KILL_GRACE).await;
         let _ = self.child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
         procs::disown_child(self.pid);
@@ -610,9 +620,9 @@ impl Shell {
         self.pid
     }
 
-    /// The environment entry that marks this shell's processes.
-    pub fn mark(&self) -> &str {
-        &self.mark
+    /// The processes of this shell session.
+    pub fn group(&self) -> &procs::Group {
+        &self.group
     }
 
     /// Bash: writes this shell's two files into `<runtime>/<pid>.d/`:

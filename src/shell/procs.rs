@@ -1,23 +1,65 @@
-//! Process hygiene: marking, finding and killing every process a shell session started.
+//! Process hygiene: tracking, finding and killing every process a shell session started, without
+//! trusting anything a command can change (its environment, its session, its process group).
 //!
-//! Every shell the backend spawns carries two environment variables, inherited by everything it
-//! starts (including `setsid` and double-fork escapees, which leave the process group but keep
-//! their environment): `AGENT_BASH_OWNER=<backend nonce>` and `AGENT_BASH_SHELL=<shell nonce>`.
-//! A kill collects the shell's descendants (by parent pid) and every process whose initial
-//! environment carries the shell's mark (`/proc/<pid>/environ`), then runs the ladder
-//! SIGTERM → [`KILL_GRACE`] → SIGKILL on their process groups and pids.
+//! # Groups
+//! Every unit of processes (a persistent shell session, a one-shot run, a PTY run, an rc capture)
+//! is a [`Group`]. Two mechanisms find a group's processes; both always run, so either one alone
+//! is enough:
 //!
-//! The backend is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so orphans of its shells are
-//! re-parented to it instead of init; [`reap_adopted`] collects their exit statuses. tokio reaps
-//! its own children, so we only ever `waitpid` pids that tokio does not own ([`spawn_owned`]).
+//! * **cgroup v2** (where the backend may create one): at the first group the backend creates
+//!   `<its own cgroup>/agent-bash-<pid>-<n>` (pure v2 at `/sys/fs/cgroup`, hybrid at
+//!   `/sys/fs/cgroup/unified`, or a delegated systemd user scope: whatever `/proc/self/cgroup`
+//!   and `/proc/self/mountinfo` name, if we can create a directory there, it has `cgroup.kill`,
+//!   and we may write our own `cgroup.procs`), and one child cgroup per group. A pipe shell joins
+//!   its cgroup between `fork` and `exec` (a `pre_exec` write of `0` to `cgroup.procs`); a PTY
+//!   run's shell joins as its first statement (portable-pty offers no hook), before it can start
+//!   anything. Nothing a process does without privileges takes it out: `setsid`, `env -i`,
+//!   double forks all stay inside. The kill ends with `cgroup.kill`, which the kernel applies
+//!   atomically against concurrent forks. `AGENT_BASH_NO_CGROUP=1` turns this off (the tests
+//!   use it to prove the fallback on its own).
+//! * **Fallback: subreapers, process trees and start times.** A pipe shell is made a child
+//!   subreaper (`PR_SET_CHILD_SUBREAPER` in `pre_exec`; the flag survives `exec`), so an orphan
+//!   of its tree (`(setsid env -i sleep 1000 &)`) is re-parented to the shell, not to init:
+//!   while the shell lives, its whole tree is its descendants, walked through the kernel's
+//!   per-task `children` lists. Every process a walk finds is remembered by `(pid, start time)`
+//!   (`/proc/PID/stat` field 22, so a reused pid is never mistaken for it), and later walks start
+//!   from every remembered process that is still alive too: when the shell dies first, what it
+//!   held re-parents to the backend (itself a subreaper) and is still found. Orphans adopted by
+//!   the backend that no walk saw (born and orphaned between two walks, or escapees of a PTY
+//!   run, whose shell cannot be a subreaper) are attributed to a group being killed when they
+//!   were born after the group's root: an adopted orphan always belongs to some group whose
+//!   holder died, and killing it is what the contract asks. A PTY run also takes every process
+//!   of its terminal session.
 //!
-//! A backend killed with SIGKILL cannot clean up after itself: a watchdog process
-//! ([`run_watchdog`]) holds the read end of a pipe whose write end only the backend has; when it
-//! reads EOF the backend is gone and it kills every process carrying the backend's owner mark.
+//! # The kill ladder
+//! SIGTERM to every member and its process group, [`KILL_GRACE`] to exit (re-collecting, to
+//! catch late forks), then rounds of: `cgroup.kill`; *freeze* (SIGSTOP every member, walk again
+//! from the stopped ones, until a walk finds nothing new: a stopped process cannot fork); SIGKILL.
+//! It returns when no member is alive and the cgroup is empty, then removes the cgroup.
+//!
+//! # A backend that dies (SIGKILL, OOM)
+//! A watchdog process ([`run_watchdog`]) holds the read end of a pipe whose write end only the
+//! backend has; EOF means the backend is gone, whatever killed it. The backend tells it, over the
+//! same pipe, the `(pid, start time)` of every group root at spawn and of every member a walk
+//! finds (walks run after each pipe command and every [`SCAN_EVERY`] while groups exist, in
+//! fallback mode only). On EOF the watchdog applies `cgroup.kill` to the backend's parent
+//! cgroup (all groups at once, exact), then freezes and SIGKILLs the trees of every reported
+//! process still alive (start time checked), and every process still carrying the backend's
+//! `AGENT_BASH_OWNER` mark; then removes the cgroup directories. The fallback's one window: a
+//! process born and orphaned less than [`SCAN_EVERY`] before the backend died, by a shell that
+//! was idle (a busy shell stays alive, and a subreaper, until its command ends) and with its
+//! environment cleared, can outlive the backend. With cgroup v2 there is no window.
+//!
+//! tokio reaps its own children, so we only ever `waitpid` pids that it does not own
+//! ([`spawn_owned`]); [`reap_adopted`] collects adopted orphans.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::sync::{Mutex, OnceLock};
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// How long processes get between SIGTERM and SIGKILL (SPEC §5).
@@ -27,11 +69,17 @@ pub const KILL_GRACE: Duration = Duration::from_millis(500);
 /// answer as soon as they have.
 const KILL_POLL_MIN: Duration = Duration::from_micros(250);
 const KILL_POLL_MAX: Duration = Duration::from_millis(16);
+/// How long a kill waits for a killed cgroup to report itself empty.
+const CGROUP_EMPTY_WAIT: Duration = Duration::from_secs(2);
+/// Fallback mode: how often the backend walks its groups and reports new members to the
+/// watchdog.
+pub const SCAN_EVERY: Duration = Duration::from_millis(250);
 
-/// Environment variable naming the backend that started a process.
+/// Environment variable naming the backend that started a process (a hint for the watchdog;
+/// nothing depends on it alone).
 pub const OWNER_VAR: &str = "AGENT_BASH_OWNER";
-/// Environment variable naming the shell session that started a process.
-pub const SHELL_VAR: &str = "AGENT_BASH_SHELL";
+/// Set to anything but `0` or empty: do not use cgroups (the fallback path alone).
+pub const NO_CGROUP_VAR: &str = "AGENT_BASH_NO_CGROUP";
 
 /// What a process looks like in `/proc/<pid>/stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +88,8 @@ pub struct ProcInfo {
     pub ppid: i32,
     pub pgrp: i32,
     pub session: i32,
+    /// Start time in clock ticks after boot (field 22): with the pid, a process's identity.
+    pub start: u64,
     pub zombie: bool,
 }
 
@@ -47,14 +97,23 @@ pub struct ProcInfo {
 pub fn proc_info(pid: i32) -> Option<ProcInfo> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may itself contain spaces or parentheses: the
-    // fields we need come after the last ')'.
+    // fields we need come after the last ')'. Field 3 (state) is the first of them.
     let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    let session = fields.next()?.parse().ok()?;
-    Some(ProcInfo { pid, ppid, pgrp, session, zombie: state == "Z" || state == "X" })
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let state = *fields.first()?;
+    Some(ProcInfo {
+        pid,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+        zombie: state == "Z" || state == "X",
+    })
+}
+
+/// The process `pid` if it is alive and still the one that started at `start`.
+fn alive(pid: i32, start: u64) -> Option<ProcInfo> {
+    proc_info(pid).filter(|i| !i.zombie && i.start == start)
 }
 
 /// Every process currently visible in `/proc`.
@@ -95,82 +154,34 @@ fn children_of(pid: i32) -> Option<Vec<i32>> {
     Some(out)
 }
 
-/// Live (non-zombie) processes that are `root` or descend from it, or carry `mark` in their
-/// environment. Never includes the backend itself.
-///
-/// With a root, only the backend's own direct children are checked for the mark: an escapee
-/// whose parent is alive is still a descendant of the root (`setsid` keeps the parent), and one
-/// whose parent died was re-parented to the backend, the subreaper. The tree is walked through
-/// the kernel's per-task `children` lists, so the cost follows the size of the tree, not of the
-/// machine; reading every process's environment costs milliseconds on a busy machine, so the
-/// full scan is kept for `root = None` (the watchdog and shutdown, when the backend may not be
-/// the subreaper of what is left) and for kernels without `children` lists.
-pub fn collect(root: Option<i32>, mark: Option<&str>) -> Vec<ProcInfo> {
-    let me = std::process::id() as i32;
-    if let Some(root) = root {
-        if let Some(found) = collect_tree(me, root, mark) {
-            return found;
-        }
+/// Live processes that are `roots` or descend from them, never `exclude`. Walks the kernel's
+/// `children` lists (the cost follows the size of the trees), or one scan of the whole process
+/// table on kernels without them.
+fn walk(roots: &[i32], exclude: &HashSet<i32>) -> Vec<ProcInfo> {
+    if let Some(found) = walk_children(roots, exclude) {
+        return found;
     }
     let procs = all_procs();
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for p in &procs {
         children.entry(p.ppid).or_default().push(p.pid);
     }
-    let mut roots: Vec<i32> = root.into_iter().collect();
-    if let Some(mark) = mark {
-        let entry = mark.as_bytes();
-        let owned: HashSet<i32> = owned().lock().map(|s| s.clone()).unwrap_or_default();
-        for p in &procs {
-            let candidate = root.is_none() || (p.ppid == me && !owned.contains(&p.pid));
-            if candidate && p.pid != me && !p.zombie && environ_has(p.pid, entry) {
-                roots.push(p.pid);
-            }
-        }
-    }
-    let mut wanted: HashSet<i32> = HashSet::new();
-    while let Some(pid) = roots.pop() {
-        if pid != me && wanted.insert(pid) {
-            roots.extend(children.get(&pid).into_iter().flatten().copied());
+    let mut stack = roots.to_vec();
+    let mut wanted = HashSet::new();
+    while let Some(pid) = stack.pop() {
+        if !exclude.contains(&pid) && wanted.insert(pid) {
+            stack.extend(children.get(&pid).into_iter().flatten().copied());
         }
     }
     procs.into_iter().filter(|p| !p.zombie && wanted.contains(&p.pid)).collect()
 }
 
-/// Like [`collect`], plus every process of session `sid`: a PTY run's child is a session leader,
-/// and an interactive shell in it moves its jobs into process groups of their own, which can
-/// outlive the leader (then they are no longer its descendants). Scans the whole process table.
-pub fn collect_session(sid: i32, mark: Option<&str>) -> Vec<ProcInfo> {
-    let mut found = collect(Some(sid), mark);
-    // Session ids of 0 and 1 are the kernel's and init's: never a command's.
-    if sid > 1 {
-        let me = std::process::id() as i32;
-        let known: HashSet<i32> = found.iter().map(|p| p.pid).collect();
-        found.extend(
-            all_procs().into_iter().filter(|p| {
-                p.session == sid && p.pid != me && !p.zombie && !known.contains(&p.pid)
-            }),
-        );
-    }
-    found
-}
-
-/// [`collect`] by walking `children` lists from the root and from the backend's adopted
-/// children that carry the mark; `None` when the kernel has no such lists.
-fn collect_tree(me: i32, root: i32, mark: Option<&str>) -> Option<Vec<ProcInfo>> {
-    let mut stack = vec![root];
-    if let Some(mark) = mark {
-        let owned: HashSet<i32> = owned().lock().map(|s| s.clone()).unwrap_or_default();
-        for pid in children_of(me)? {
-            if !owned.contains(&pid) && environ_has(pid, mark.as_bytes()) {
-                stack.push(pid);
-            }
-        }
-    }
+fn walk_children(roots: &[i32], exclude: &HashSet<i32>) -> Option<Vec<ProcInfo>> {
+    let mut stack = roots.to_vec();
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     while let Some(pid) = stack.pop() {
-        if pid == me || !seen.insert(pid) {
+        if exclude.contains(&pid) || !seen.insert(pid) {
             continue;
         }
         if let Some(info) = proc_info(pid) {
@@ -183,7 +194,18 @@ fn collect_tree(me: i32, root: i32, mark: Option<&str>) -> Option<Vec<ProcInfo>>
     Some(out)
 }
 
+/// Pids never to signal: the backend itself and its watchdog.
+fn untouchable() -> HashSet<i32> {
+    let mut set = HashSet::from([std::process::id() as i32]);
+    let w = WATCHDOG_PID.load(Ordering::Relaxed);
+    if w > 0 {
+        set.insert(w);
+    }
+    set
+}
+
 fn signal_all(procs: &[ProcInfo], sig: i32) {
+    // SAFETY: plain syscall.
     let my_pgrp = unsafe { libc::getpgrp() };
     let groups: HashSet<i32> =
         procs.iter().map(|p| p.pgrp).filter(|&g| g > 1 && g != my_pgrp).collect();
@@ -191,66 +213,524 @@ fn signal_all(procs: &[ProcInfo], sig: i32) {
         // SAFETY: plain syscall; a stale group only yields ESRCH.
         unsafe { libc::kill(-g, sig) };
     }
+    signal_pids(procs, sig);
+}
+
+fn signal_pids(procs: &[ProcInfo], sig: i32) {
     for p in procs {
-        // SAFETY: as above.
-        unsafe { libc::kill(p.pid, sig) };
+        // Checked just before: a pid reused since the walk is left alone (a tiny window).
+        if alive(p.pid, p.start).is_some() {
+            // SAFETY: plain syscall.
+            unsafe { libc::kill(p.pid, sig) };
+        }
     }
 }
 
-/// Kills a process tree with the SIGTERM → grace → SIGKILL ladder and waits until it is gone.
-///
-/// `root` is a process whose descendants are killed with it; `mark` an environment entry
-/// (`NAME=value`) that identifies escapees. Returns when no matching live process remains (or
-/// after a bounded number of SIGKILL rounds). Blocking: call from a blocking thread.
-///
-/// While waiting, only the pids already signalled are re-checked (a few `stat` reads); the whole
-/// process table is scanned again only once they are gone, to catch anything forked meanwhile.
-pub fn kill_tree_blocking(root: Option<i32>, mark: Option<&str>, grace: Duration) {
-    kill_ladder(|| collect(root, mark), grace);
-}
-
-/// [`kill_tree_blocking`] for a PTY run: also every process of the session `sid`
-/// ([`collect_session`]).
-pub fn kill_session_blocking(sid: i32, mark: Option<&str>, grace: Duration) {
-    kill_ladder(|| collect_session(sid, mark), grace);
-}
-
-fn kill_ladder(find: impl Fn() -> Vec<ProcInfo>, grace: Duration) {
-    let mut procs = find();
-    let deadline = Instant::now() + grace;
-    let mut poll = KILL_POLL_MIN;
-    while !procs.is_empty() {
-        signal_all(&procs, libc::SIGTERM);
-        loop {
-            procs.retain(|p| proc_info(p.pid).is_some_and(|i| !i.zombie));
-            let now = Instant::now();
-            if procs.is_empty() || now >= deadline {
-                break;
-            }
-            std::thread::sleep(poll.min(deadline - now));
-            poll = (poll * 2).min(KILL_POLL_MAX);
-        }
-        if Instant::now() >= deadline {
+/// Stops every process `find` returns, then walks again (from the stopped ones too) until a walk
+/// finds nothing new: stopped processes cannot fork, so the result is the whole tree.
+fn freeze(find: &dyn Fn(&[i32]) -> Vec<ProcInfo>) -> Vec<ProcInfo> {
+    let mut frozen: HashMap<i32, ProcInfo> = HashMap::new();
+    for _ in 0..64 {
+        let extra: Vec<i32> = frozen.keys().copied().collect();
+        let new: Vec<ProcInfo> =
+            find(&extra).into_iter().filter(|p| !frozen.contains_key(&p.pid)).collect();
+        if new.is_empty() {
             break;
         }
-        procs = find();
+        signal_pids(&new, libc::SIGSTOP);
+        frozen.extend(new.into_iter().map(|p| (p.pid, p)));
     }
-    // Past the grace: SIGKILL rounds until nothing is left (processes may fork while dying).
+    frozen.into_values().collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// cgroup v2
+
+/// Where this backend's groups live, decided once per process.
+struct Tracker {
+    /// `<own cgroup>/agent-bash-<pid>-<n>`, parent of one cgroup per group; `None`: fallback.
+    cgroup: Option<PathBuf>,
+    /// Which path tracks processes, in words (logs, tests).
+    mode: String,
+    groups: Mutex<HashMap<u64, Weak<Inner>>>,
+    next: AtomicU64,
+}
+
+fn tracker() -> &'static Tracker {
+    static TRACKER: OnceLock<Tracker> = OnceLock::new();
+    TRACKER.get_or_init(|| {
+        let (cgroup, mode) = match create_parent_cgroup() {
+            Ok(dir) => {
+                let mode = format!("cgroup v2 ({})", dir.display());
+                (Some(dir), mode)
+            }
+            Err(why) => (None, format!("fallback: subreapers and process trees ({why})")),
+        };
+        tracing::info!("process tracking: {mode}");
+        Tracker { cgroup, mode, groups: Mutex::new(HashMap::new()), next: AtomicU64::new(1) }
+    })
+}
+
+/// Which path tracks processes: `cgroup v2 (<dir>)` or `fallback: … (<why not cgroups>)`.
+pub fn tracking_mode() -> &'static str {
+    &tracker().mode
+}
+
+/// Our own cgroup v2 directory: `/proc/self/cgroup`'s `0::<path>` under the cgroup2 mount.
+fn own_cgroup_dir() -> Result<PathBuf, String> {
+    let text =
+        fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let rel = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("no cgroup v2 hierarchy in /proc/self/cgroup")?;
+    let mounts =
+        fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
+    for line in mounts.lines() {
+        // `id parent dev root mountpoint opts… - fstype source superopts`
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        if right.split_ascii_whitespace().next() != Some("cgroup2") {
+            continue;
+        }
+        let f: Vec<&str> = left.split_ascii_whitespace().collect();
+        let (Some(root), Some(point)) = (f.get(3), f.get(4)) else { continue };
+        // A mount of a sub-tree (a container's namespace) shows paths below its root.
+        let Some(below) = rel.strip_prefix(root.trim_end_matches('/')) else { continue };
+        return Ok(Path::new(point).join(below.trim_start_matches('/')));
+    }
+    Err("no cgroup2 mount".into())
+}
+
+fn create_parent_cgroup() -> Result<PathBuf, String> {
+    if std::env::var_os(NO_CGROUP_VAR).is_some_and(|v| !v.is_empty() && v != "0") {
+        return Err(format!("{NO_CGROUP_VAR} is set"));
+    }
+    let own = own_cgroup_dir()?;
+    // Moving a process from our cgroup into a child needs write access to our cgroup.procs.
+    let procs = own.join("cgroup.procs");
+    let c = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes())
+        .map_err(|_| "cgroup path has a NUL".to_string())?;
+    // SAFETY: valid C string.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(format!("{} is not writable", procs.display()));
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = own.join(format!("agent-bash-{}-{t:x}", std::process::id()));
+    fs::create_dir(&dir)
+        .map_err(|e| format!("cannot create a cgroup in {}: {e}", own.display()))?;
+    if !dir.join("cgroup.kill").exists() {
+        let _ = fs::remove_dir(&dir);
+        return Err("no cgroup.kill (Linux < 5.14)".into());
+    }
+    extern "C" fn remove_at_exit() {
+        if let Some(dir) = tracker().cgroup.as_deref() {
+            remove_cgroup_tree(dir);
+        }
+    }
+    // SAFETY: registers a plain function; it only removes (empty) directories.
+    unsafe { libc::atexit(remove_at_exit) };
+    Ok(dir)
+}
+
+/// Pids in a cgroup and its descendants.
+fn cgroup_pids(dir: &Path) -> Vec<i32> {
+    let mut out: Vec<i32> = fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_ascii_whitespace()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(cgroup_pids(&e.path()));
+            }
+        }
+    }
+    out
+}
+
+fn cgroup_populated(dir: &Path) -> bool {
+    match fs::read_to_string(dir.join("cgroup.events")) {
+        Ok(text) => text.lines().any(|l| l == "populated 1"),
+        Err(_) => false,
+    }
+}
+
+/// SIGKILLs everything in the cgroup and below (atomic against forks) and waits, bounded, until
+/// it is empty.
+fn cgroup_kill(dir: &Path, wait: Duration) {
+    if !cgroup_populated(dir) {
+        return;
+    }
+    if let Err(e) = fs::write(dir.join("cgroup.kill"), "1") {
+        tracing::debug!("cgroup.kill in {}: {e}", dir.display());
+        return;
+    }
+    let end = Instant::now() + wait;
+    let mut poll = KILL_POLL_MIN;
+    while cgroup_populated(dir) && Instant::now() < end {
+        std::thread::sleep(poll);
+        poll = (poll * 2).min(KILL_POLL_MAX);
+    }
+}
+
+/// Removes a cgroup and its children (deepest first); busy ones stay.
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path());
+            }
+        }
+    }
+    let _ = fs::remove_dir(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Groups
+
+/// One unit of processes: a shell session, a one-shot run, a PTY run or an rc capture. Killing
+/// it ([`Group::kill`]) ends every process it started, wherever they went; dropping it kills
+/// what is left without a grace.
+#[derive(Debug)]
+pub struct Group {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cgroup: Option<PathBuf>,
+    /// `(pid, start)` of the process spawned for the group.
+    root: Mutex<Option<(i32, u64)>>,
+    /// Also every process of the root's terminal session (PTY runs).
+    session: bool,
+    /// Every member ever found, by pid → start time; dead ones are dropped at each walk.
+    seen: Mutex<HashMap<i32, u64>>,
+    id: u64,
+}
+
+impl Group {
+    /// A new group; `session`: the root leads a terminal session whose processes are members.
+    pub fn new(session: bool) -> Group {
+        let t = tracker();
+        let id = t.next.fetch_add(1, Ordering::Relaxed);
+        let cgroup = t.cgroup.as_ref().and_then(|parent| {
+            let dir = parent.join(format!("g{id}"));
+            match fs::create_dir(&dir) {
+                Ok(()) => Some(dir),
+                Err(e) => {
+                    tracing::warn!("cannot create cgroup {}: {e}", dir.display());
+                    None
+                }
+            }
+        });
+        let inner = Arc::new(Inner {
+            cgroup,
+            root: Mutex::new(None),
+            session,
+            seen: Mutex::new(HashMap::new()),
+            id,
+        });
+        if let Ok(mut groups) = t.groups.lock() {
+            groups.retain(|_, g| g.strong_count() > 0);
+            groups.insert(id, Arc::downgrade(&inner));
+        }
+        Group { inner }
+    }
+
+    /// The group's cgroup directory, when cgroups are in use.
+    pub fn cgroup(&self) -> Option<&Path> {
+        self.inner.cgroup.as_deref()
+    }
+
+    /// Makes the child spawned by `cmd` a subreaper in this group's cgroup (both done between
+    /// `fork` and `exec`). Keep the returned fd until the spawn returned.
+    pub fn prepare(&self, cmd: &mut std::process::Command) -> Option<OwnedFd> {
+        use std::os::unix::process::CommandExt;
+        let file =
+            self.inner.cgroup.as_ref().and_then(|dir| {
+                fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).ok()
+            });
+        let fd = file.as_ref().map_or(-1, |f| f.as_raw_fd());
+        let hook = move || {
+            // SAFETY: async-signal-safe syscalls only (prctl, write), no allocation. Failures
+            // are ignored: the fallback tracking still covers the child.
+            unsafe {
+                libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+                if fd >= 0 {
+                    libc::write(fd, b"0".as_ptr().cast(), 1);
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: the hook only makes async-signal-safe calls (see above).
+        unsafe { cmd.pre_exec(hook) };
+        file.map(OwnedFd::from)
+    }
+
+    /// A first shell statement that moves the shell into the group's cgroup (for spawns without
+    /// a `pre_exec` hook: PTY runs), ending in `;` so the command's lines keep their numbers.
+    /// Empty without a cgroup.
+    pub fn join_statement(&self) -> String {
+        match &self.inner.cgroup {
+            Some(dir) => format!(
+                "printf 0 2>/dev/null >{};",
+                super::local::quote(&dir.join("cgroup.procs").to_string_lossy())
+            ),
+            None => String::new(),
+        }
+    }
+
+    /// Records the spawned root process (and tells the watchdog).
+    pub fn started(&self, pid: i32) {
+        if let Some(info) = proc_info(pid) {
+            if let Ok(mut root) = self.inner.root.lock() {
+                *root = Some((pid, info.start));
+            }
+            report(&[(pid, info.start)]);
+        }
+    }
+
+    /// The group's live processes (never the backend or its watchdog).
+    pub fn members(&self) -> Vec<ProcInfo> {
+        self.inner.members(&[])
+    }
+
+    /// Fallback mode: walks the group and tells the watchdog about members it has not heard of.
+    pub fn note(&self) {
+        if tracker().cgroup.is_none() {
+            self.inner.members(&[]);
+        }
+    }
+
+    /// The kill ladder (see the module docs); returns when nothing of the group is alive.
+    /// Blocking: call from a blocking thread.
+    pub fn kill_blocking(&self, grace: Duration) {
+        self.inner.kill(grace);
+    }
+
+    /// [`Group::kill_blocking`] on a blocking thread.
+    pub async fn kill(&self, grace: Duration) {
+        let inner = self.inner.clone();
+        let _ = tokio::task::spawn_blocking(move || inner.kill(grace)).await;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // Normally killed already: then this finds nothing. Otherwise no grace, and the wait for
+        // the cgroup to empty (so it can be removed) happens on a thread of its own.
+        let mut busy = false;
+        if let Some(dir) = &self.inner.cgroup {
+            if cgroup_populated(dir) {
+                let _ = fs::write(dir.join("cgroup.kill"), "1");
+                busy = true;
+            }
+        }
+        let left = self.inner.members(&[]);
+        signal_pids(&left, libc::SIGKILL);
+        if let Some(dir) = self.inner.cgroup.clone() {
+            if busy {
+                let spawned =
+                    std::thread::Builder::new().name("cgroup-rm".into()).spawn(move || {
+                        cgroup_kill(&dir, CGROUP_EMPTY_WAIT);
+                        remove_cgroup_tree(&dir);
+                    });
+                // Without a thread, the parent's removal at exit (or the watchdog's) gets it.
+                drop(spawned);
+            } else {
+                remove_cgroup_tree(&dir);
+            }
+        }
+        if let Ok(mut groups) = tracker().groups.lock() {
+            groups.remove(&self.inner.id);
+        }
+    }
+}
+
+impl Inner {
+    /// Walks from the root, the cgroup's pids, every remembered member, the session (PTY) and
+    /// adopted orphans born after the root, plus `extra`; remembers (and reports) what it finds.
+    fn members(&self, extra: &[i32]) -> Vec<ProcInfo> {
+        let root = self.root.lock().ok().and_then(|r| *r);
+        let mut roots: Vec<i32> = extra.to_vec();
+        if let Some((pid, start)) = root {
+            if alive(pid, start).is_some() {
+                roots.push(pid);
+            }
+        }
+        if let Some(dir) = &self.cgroup {
+            roots.extend(cgroup_pids(dir));
+        }
+        let known: Vec<(i32, u64)> = match self.seen.lock() {
+            Ok(s) => s.iter().map(|(p, s)| (*p, *s)).collect(),
+            Err(_) => Vec::new(),
+        };
+        roots.extend(known.iter().filter(|(p, s)| alive(*p, *s).is_some()).map(|(p, _)| *p));
+        if let Some((_, born)) = root {
+            roots.extend(adopted_orphans().into_iter().filter(|o| o.start >= born).map(|o| o.pid));
+        }
+        let exclude = untouchable();
+        let mut found = walk(&roots, &exclude);
+        if self.session {
+            if let Some((sid, _)) = root.filter(|(sid, _)| *sid > 1) {
+                let have: HashSet<i32> = found.iter().map(|p| p.pid).collect();
+                let more: Vec<i32> = all_procs()
+                    .into_iter()
+                    .filter(|p| p.session == sid && !p.zombie && !have.contains(&p.pid))
+                    .map(|p| p.pid)
+                    .collect();
+                found.extend(walk(&more, &exclude));
+            }
+        }
+        let mut uniq = HashSet::new();
+        found.retain(|p| uniq.insert(p.pid));
+        let mut new = Vec::new();
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.retain(|p, s| alive(*p, *s).is_some());
+            for p in &found {
+                if seen.insert(p.pid, p.start) != Some(p.start) {
+                    new.push((p.pid, p.start));
+                }
+            }
+        }
+        report(&new);
+        found
+    }
+
+    fn kill(&self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        let mut procs = self.members(&[]);
+        let mut poll = KILL_POLL_MIN;
+        while !procs.is_empty() && Instant::now() < deadline {
+            signal_all(&procs, libc::SIGTERM);
+            loop {
+                procs.retain(|p| alive(p.pid, p.start).is_some());
+                let now = Instant::now();
+                if procs.is_empty() || now >= deadline {
+                    break;
+                }
+                std::thread::sleep(poll.min(deadline - now));
+                poll = (poll * 2).min(KILL_POLL_MAX);
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            procs = self.members(&[]);
+        }
+        // Past the grace (or nothing left): cgroup.kill, then freeze and SIGKILL what any walk
+        // still finds, until nothing is left (processes may fork while dying).
+        for _ in 0..50 {
+            if let Some(dir) = &self.cgroup {
+                cgroup_kill(dir, CGROUP_EMPTY_WAIT);
+            }
+            let procs = freeze(&|extra| self.members(extra));
+            if procs.is_empty() {
+                break;
+            }
+            signal_pids(&procs, libc::SIGKILL);
+            std::thread::sleep(KILL_POLL_MIN * 4);
+        }
+        if let Some(dir) = &self.cgroup {
+            remove_cgroup_tree(dir);
+        }
+    }
+}
+
+/// Children of the backend that nobody spawned: orphans re-parented to it (the subreaper).
+fn adopted_orphans() -> Vec<ProcInfo> {
+    let mut is_subreaper: libc::c_int = 0;
+    // SAFETY: prctl writes one int through the pointer.
+    unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut is_subreaper as *mut libc::c_int) };
+    if is_subreaper == 0 {
+        // Nothing is ever re-parented to us: every child was spawned by someone here (a test
+        // harness spawns its own) and is none of our business.
+        return Vec::new();
+    }
+    let me = std::process::id() as i32;
+    let Some(children) = children_of(me) else {
+        return all_procs().into_iter().filter(|p| p.ppid == me && !p.zombie).collect();
+    };
+    let owned: HashSet<i32> = owned().lock().map(|s| s.clone()).unwrap_or_default();
+    let exclude = untouchable();
+    children
+        .into_iter()
+        .filter(|p| !owned.contains(p) && !exclude.contains(p))
+        .filter_map(proc_info)
+        .filter(|p| !p.zombie)
+        .collect()
+}
+
+/// Kills every adopted orphan of the backend and, by a full scan, every process carrying the
+/// `mark` (`NAME=value`): what may be left when the backend shuts down, after its groups.
+pub fn sweep_blocking(mark: Option<&str>, grace: Duration) {
+    let exclude = untouchable();
+    let find = |extra: &[i32]| {
+        let mut roots: Vec<i32> = extra.to_vec();
+        roots.extend(adopted_orphans().into_iter().map(|p| p.pid));
+        if let Some(mark) = mark {
+            roots.extend(
+                all_procs()
+                    .into_iter()
+                    .filter(|p| !p.zombie && !exclude.contains(&p.pid))
+                    .filter(|p| environ_has(p.pid, mark.as_bytes()))
+                    .map(|p| p.pid),
+            );
+        }
+        walk(&roots, &exclude)
+    };
+    let procs = find(&[]);
+    if !procs.is_empty() {
+        signal_all(&procs, libc::SIGTERM);
+        let end = Instant::now() + grace;
+        while Instant::now() < end && procs.iter().any(|p| alive(p.pid, p.start).is_some()) {
+            std::thread::sleep(KILL_POLL_MAX);
+        }
+    }
     for _ in 0..50 {
+        let procs = freeze(&find);
         if procs.is_empty() {
             break;
         }
-        signal_all(&procs, libc::SIGKILL);
+        signal_pids(&procs, libc::SIGKILL);
         std::thread::sleep(KILL_POLL_MIN * 4);
-        procs = find();
     }
 }
 
-/// Async wrapper of [`kill_tree_blocking`].
-pub async fn kill_tree(root: Option<i32>, mark: Option<String>, grace: Duration) {
-    let _ =
-        tokio::task::spawn_blocking(move || kill_tree_blocking(root, mark.as_deref(), grace)).await;
+/// [`sweep_blocking`] on a blocking thread.
+pub async fn sweep(mark: Option<String>, grace: Duration) {
+    let _ = tokio::task::spawn_blocking(move || sweep_blocking(mark.as_deref(), grace)).await;
 }
+
+/// Fallback mode: walks every group every [`SCAN_EVERY`] so the watchdog hears of new members
+/// (see the module docs). Returns at once with cgroups. Run it as a background task.
+pub async fn scan_loop() {
+    if tracker().cgroup.is_some() {
+        return;
+    }
+    loop {
+        tokio::time::sleep(SCAN_EVERY).await;
+        let groups: Vec<Arc<Inner>> = match tracker().groups.lock() {
+            Ok(g) => g.values().filter_map(Weak::upgrade).collect(),
+            Err(_) => return,
+        };
+        if groups.is_empty() {
+            continue;
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            for g in groups {
+                g.members(&[]);
+            }
+        })
+        .await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Children the backend owns, adopted orphans
 
 fn owned() -> &'static Mutex<HashSet<i32>> {
     static OWNED: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
@@ -292,20 +772,17 @@ pub fn reap_adopted() {
         Ok(s) => s,
         Err(p) => p.into_inner(),
     };
-    let Ok(dir) = fs::read_dir("/proc") else { return };
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if owned.contains(&pid) {
+    let pids = children_of(me).unwrap_or_else(|| {
+        all_procs().into_iter().filter(|p| p.ppid == me).map(|p| p.pid).collect()
+    });
+    for pid in pids {
+        if owned.contains(&pid) || pid == WATCHDOG_PID.load(Ordering::Relaxed) {
             continue;
         }
-        if let Some(info) = proc_info(pid) {
-            if info.ppid == me && info.zombie {
-                let mut status = 0;
-                // SAFETY: waits for one specific adopted pid, without blocking.
-                unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            }
+        if proc_info(pid).is_some_and(|i| i.ppid == me && i.zombie) {
+            let mut status = 0;
+            // SAFETY: waits for one specific adopted pid, without blocking.
+            unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         }
     }
 }
@@ -316,23 +793,106 @@ pub fn become_subreaper() {
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
 }
 
-/// The watchdog's body (`agent-bash __watchdog <owner>`): waits for EOF on stdin, i.e. for the
-/// backend to exit for any reason, then kills every process carrying the owner's mark.
-pub fn run_watchdog(owner: &str) -> i32 {
-    use std::io::Read;
-    let mut buf = [0u8; 64];
-    let mut stdin = std::io::stdin();
+// ---------------------------------------------------------------------------------------------
+// The watchdog
+
+static WATCHDOG_PID: AtomicI32 = AtomicI32::new(0);
+
+fn watchdog_pipe() -> &'static Mutex<Option<std::process::ChildStdin>> {
+    static PIPE: OnceLock<Mutex<Option<std::process::ChildStdin>>> = OnceLock::new();
+    PIPE.get_or_init(|| Mutex::new(None))
+}
+
+/// Tells the watchdog about processes to kill if the backend dies (`<pid> <start>` lines).
+fn report(procs: &[(i32, u64)]) {
+    if procs.is_empty() {
+        return;
+    }
+    static BROKEN: AtomicBool = AtomicBool::new(false);
+    if BROKEN.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut text = String::new();
+    for (pid, start) in procs {
+        text.push_str(&format!("{pid} {start}\n"));
+    }
+    if let Ok(mut pipe) = watchdog_pipe().lock() {
+        if let Some(w) = pipe.as_mut() {
+            if w.write_all(text.as_bytes()).is_err() {
+                tracing::warn!("the watchdog is gone: a killed backend may leave processes");
+                BROKEN.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The watchdog's body (`agent-bash __watchdog <owner> [--cgroup DIR]`): collects the
+/// `<pid> <start>` lines the backend sends until EOF on stdin, i.e. until the backend exits for
+/// any reason, then kills the backend's cgroup, the trees of the reported processes still alive
+/// and every process carrying the owner's mark, and removes the cgroup directories.
+pub fn run_watchdog(owner: &str, cgroup: Option<&Path>) -> i32 {
+    use std::io::BufRead;
+    let mut reported: HashMap<i32, u64> = HashMap::new();
+    let mut prune_at = 1024;
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    let mut lock = stdin.lock();
     loop {
-        match stdin.read(&mut buf) {
+        line.clear();
+        match lock.read_line(&mut line) {
             Ok(0) => break,
-            Ok(_) => continue,
+            Ok(_) => {
+                let mut it = line.split_ascii_whitespace();
+                if let (Some(Ok(pid)), Some(Ok(start))) =
+                    (it.next().map(str::parse::<i32>), it.next().map(str::parse::<u64>))
+                {
+                    reported.insert(pid, start);
+                }
+                // Bounded: forget the dead once the table has doubled.
+                if reported.len() >= prune_at {
+                    reported.retain(|p, s| alive(*p, *s).is_some());
+                    prune_at = (reported.len() * 2).max(1024);
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         }
     }
-    let mark = format!("{OWNER_VAR}={owner}");
     // No grace: the backend is gone and nobody waits for output any more.
-    kill_tree_blocking(None, Some(&mark), Duration::ZERO);
+    if let Some(dir) = cgroup {
+        cgroup_kill(dir, CGROUP_EMPTY_WAIT);
+    }
+    let mark = format!("{OWNER_VAR}={owner}");
+    let me = std::process::id() as i32;
+    let exclude = HashSet::from([me]);
+    let find = |extra: &[i32]| {
+        let mut roots: Vec<i32> = extra.to_vec();
+        roots.extend(reported.iter().filter(|(p, s)| alive(**p, **s).is_some()).map(|(p, _)| *p));
+        roots.extend(
+            all_procs()
+                .into_iter()
+                .filter(|p| !p.zombie && p.pid != me && environ_has(p.pid, mark.as_bytes()))
+                .map(|p| p.pid),
+        );
+        walk(&roots, &exclude)
+    };
+    for _ in 0..50 {
+        let procs = freeze(&find);
+        if procs.is_empty() {
+            break;
+        }
+        signal_pids(&procs, libc::SIGKILL);
+        std::thread::sleep(KILL_POLL_MIN * 4);
+    }
+    if let Some(dir) = cgroup {
+        let end = Instant::now() + CGROUP_EMPTY_WAIT;
+        while dir.exists() && Instant::now() < end {
+            remove_cgroup_tree(dir);
+            if dir.exists() {
+                std::thread::sleep(KILL_POLL_MAX);
+            }
+        }
+    }
     0
 }
 
@@ -341,23 +901,50 @@ pub fn run_watchdog(owner: &str) -> i32 {
 /// death closes it.
 pub fn spawn_watchdog(owner: &str) -> std::io::Result<()> {
     use std::os::unix::process::CommandExt;
-    static KEEP: OnceLock<Mutex<Vec<std::process::ChildStdin>>> = OnceLock::new();
     let exe = std::env::current_exe()?;
-    let mut child = std::process::Command::new(exe)
-        .arg("__watchdog")
-        .arg(owner)
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("__watchdog").arg(owner);
+    if let Some(dir) = &tracker().cgroup {
+        cmd.arg("--cgroup").arg(dir);
+    }
+    let mut child = cmd
         .env_remove(OWNER_VAR)
-        .env_remove(SHELL_VAR)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         // Its own group: a signal to the backend's group must not take the watchdog with it.
         .process_group(0)
         .spawn()?;
+    WATCHDOG_PID.store(child.id() as i32, Ordering::Relaxed);
     if let Some(stdin) = child.stdin.take() {
-        if let Ok(mut keep) = KEEP.get_or_init(|| Mutex::new(Vec::new())).lock() {
-            keep.push(stdin);
+        if let Ok(mut pipe) = watchdog_pipe().lock() {
+            *pipe = Some(stdin);
         }
     }
+    // Groups made before the watchdog existed.
+    let groups: Vec<Arc<Inner>> = match tracker().groups.lock() {
+        Ok(g) => g.values().filter_map(Weak::upgrade).collect(),
+        Err(_) => Vec::new(),
+    };
+    for g in groups {
+        let known: Vec<(i32, u64)> = g.root.lock().ok().and_then(|r| *r).into_iter().collect();
+        report(&known);
+        g.members(&[]);
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_after_a_hostile_name() {
+        let me = proc_info(std::process::id() as i32).unwrap();
+        assert_eq!(me.pid, std::process::id() as i32);
+        assert!(me.start > 0 && !me.zombie);
+        // A reused pid with another start time is not the same process.
+        assert!(alive(me.pid, me.start + 1).is_none());
+        assert!(alive(me.pid, me.start).is_some());
+    }
 }

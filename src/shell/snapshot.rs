@@ -179,7 +179,7 @@ pub fn capture(
     }
     let raw_path = dir.join(format!("snapshot-raw-{}", nonce()));
     let script = dump_script(kind, &raw_path);
-    let mark_nonce = nonce();
+    let group = procs::Group::new(false);
     let mut cmd = std::process::Command::new(shell);
     cmd.arg("-i")
         .arg("-c")
@@ -187,13 +187,15 @@ pub fn capture(
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env(procs::OWNER_VAR, owner)
-        .env(procs::SHELL_VAR, &mark_nonce)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
+    let join = group.prepare(&mut cmd);
     let mut child = procs::spawn_owned(|| cmd.spawn(), |c| Some(c.id() as i32)).ok()?;
+    drop(join);
     let pid = child.id() as i32;
+    group.started(pid);
     let deadline = std::time::Instant::now() + CAPTURE_LIMIT;
     let status = loop {
         match child.try_wait() {
@@ -205,8 +207,7 @@ pub fn capture(
         }
     };
     // Whatever the rc left behind (agents, background refreshers) goes with it.
-    let mark = format!("{}={}", procs::SHELL_VAR, mark_nonce);
-    procs::kill_tree_blocking(Some(pid), Some(&mark), Duration::ZERO);
+    group.kill_blocking(Duration::ZERO);
     let _ = child.kill();
     let _ = child.wait();
     procs::disown_child(pid);

@@ -3,7 +3,10 @@
 mod differential;
 mod exec;
 mod explain;
+mod faults;
+mod load;
 mod nvim;
+mod nvim_faults;
 mod pipeline;
 mod pty;
 mod receipt;

@@ -4,7 +4,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_bash::shell::local::{Ending, Shell, ShellConfig};
-use agent_bash::shell::procs;
 use tokio_util::sync::CancellationToken;
 
 pub fn config(dir: &Path) -> ShellConfig {
@@ -70,7 +69,6 @@ async fn shell_timeout_kills_tree_including_setsid() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let mut sh = Shell::spawn(&cfg).await.unwrap();
-    let mark = sh.mark().to_string();
     let (end, out) = run(
         &mut sh,
         "setsid sleep 300 & trap '' TERM; echo started; sleep 10; echo done",
@@ -79,5 +77,5 @@ async fn shell_timeout_kills_tree_including_setsid() {
     .await;
     assert_eq!(end, Ending::TimedOut);
     assert_eq!(out, "started\n");
-    assert!(procs::collect(None, Some(&mark)).is_empty());
+    assert!(sh.group().members().is_empty());
 }

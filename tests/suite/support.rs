@@ -33,7 +33,37 @@ impl Rpc {
 
     /// Starts in an existing state dir, with extra `rpc` arguments.
     pub async fn start_in(state: tempfile::TempDir, config: Option<&str>, args: &[&str]) -> Rpc {
-        let mut cmd = Command::new(BIN);
+        Rpc::start_env(state, config, args, &[]).await
+    }
+
+    /// [`Rpc::start_in`] with extra environment variables for the backend.
+    pub async fn start_env(
+        state: tempfile::TempDir,
+        config: Option<&str>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Rpc {
+        Rpc::start_wrapped(state, config, args, env, &[]).await
+    }
+
+    /// [`Rpc::start_env`] under a wrapper command (`unshare … sh -c '…; exec "$0" "$@"'`): the
+    /// wrapper must end by exec'ing the binary, so the pid stays the backend's.
+    pub async fn start_wrapped(
+        state: tempfile::TempDir,
+        config: Option<&str>,
+        args: &[&str],
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Rpc {
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        cmd.envs(env.iter().copied());
         cmd.arg("--log-file").arg(state.path().join("log")).arg("rpc").args(args);
         let cfg_text =
             format!("state_dir = {:?}\n{}", state.path().to_str().unwrap(), config.unwrap_or(""));
@@ -159,4 +189,44 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Live (non-zombie) processes whose command line contains `needle`.
+pub fn procs_with_cmdline(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')) {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd: Vec<u8> = cmd.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
+            if String::from_utf8_lossy(&cmd).contains(needle) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// A field of `/proc/<pid>/status` in KiB (`VmHWM`, `VmRSS`).
+pub fn status_kib(pid: i32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = text.lines().find(|l| l.starts_with(&format!("{field}:"))).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Open file descriptors of `pid`.
+pub fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// A sleep duration no other process uses: a command line to find an escapee by, since it may
+/// have cleared its environment.
+pub fn unique_sleep() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(1);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("1000.{}{:04}", std::process::id(), n)
 }
