@@ -68,3 +68,19 @@ vim.api.nvim_create_autocmd('BufReadCmd', {
     require('agent_bash.artifact').read_cmd(ev)
   end,
 })
+
+-- The editor mirror (SPEC §11): register this editor so that an MCP server an agent starts in
+-- this project can find it and show its commands here. After start-up, so it costs nothing then.
+local function register()
+  require('agent_bash.mirror').register()
+end
+if vim.v.vim_did_enter == 1 then
+  vim.schedule(register)
+else
+  vim.api.nvim_create_autocmd('VimEnter', {
+    group = vim.api.nvim_create_augroup('agent_bash_mirror_start', { clear = true }),
+    once = true,
+    desc = 'agent-bash: register for the editor mirror',
+    callback = register,
+  })
+end

@@ -93,6 +93,7 @@
 ---@field error? string why the run failed to start / died
 ---@field full_lines? string[] the artifact's text, once loaded
 ---@field cancel_requested? boolean
+---@field client? string the MCP client that made the call (mirrored calls, SPEC §11)
 
 ---@class agent_bash.CardOpts
 ---@field width integer text width of the window

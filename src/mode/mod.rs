@@ -2,6 +2,8 @@
 
 pub mod exec;
 pub mod explain;
+pub mod mcp;
+pub mod mirror;
 pub mod nvim;
 pub mod rpc;
 pub mod sanitize;
