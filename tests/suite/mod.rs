@@ -2,6 +2,7 @@
 
 mod exec;
 mod explain;
+mod mcp;
 mod nvim;
 mod pipeline;
 mod pty;
