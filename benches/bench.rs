@@ -355,7 +355,9 @@ impl McpProc {
     fn request(&mut self, method: &str, params: &str) -> serde_json::Value {
         self.next += 1;
         let id = self.next;
-        self.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#));
+        self.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#
+        ));
         loop {
             let mut line = String::new();
             assert!(self.out.read_line(&mut line).unwrap() > 0, "mcp closed");

@@ -165,9 +165,7 @@ impl ServerHandler for Server {
             .collect();
         list.push(
             Resource::new(CONTEXT_URI, "context")
-                .with_description(
-                    "Commands the user ran in the mirrored editor, with their output",
-                )
+                .with_description("Commands the user ran in the mirrored editor, with their output")
                 .with_mime_type("text/plain"),
         );
         Ok(ListResourcesResult::with_all_items(list))
@@ -354,11 +352,8 @@ async fn report_progress(
 fn progress_message(u: &LiveUpdate) -> String {
     let line = u.tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end();
     let line: String = line.chars().take(200).collect();
-    let counters = format!(
-        "{} lines, {}",
-        u.total_lines,
-        crate::result::format_size(u.total_bytes)
-    );
+    let counters =
+        format!("{} lines, {}", u.total_lines, crate::result::format_size(u.total_bytes));
     if line.is_empty() {
         counters
     } else {
@@ -498,7 +493,11 @@ impl Transport<RoleServer> for LineTransport {
         loop {
             // `read_until` keeps what it read in `buf` when this future is dropped (rmcp polls
             // it in a select): the line is resumed, not lost. `buf` is cleared only below.
-            let n = match (&mut self.reader).take((MAX_LINE + 1) as u64).read_until(b'\n', &mut self.buf).await {
+            let n = match (&mut self.reader)
+                .take((MAX_LINE + 1) as u64)
+                .read_until(b'\n', &mut self.buf)
+                .await
+            {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!("mcp: stdin: {e}");

