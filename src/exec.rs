@@ -1,10 +1,7 @@
 //! ToolCall → BashResult: the pipeline in one readable function ([`Runtime::run`]).
 
-pub mod procs;
 mod pty_path;
 pub mod settings;
-pub mod shell;
-pub mod snapshot;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -26,19 +23,13 @@ use crate::sink::{Sink, SinkConfig, Throttle, LIVE_UPDATE_INTERVAL};
 use crate::validate;
 use crate::{Error, Result};
 
+use crate::shell::local::{self as shell, Ending, Shell, ShellConfig};
+pub use crate::shell::Origin;
+use crate::shell::{procs, snapshot};
 pub use settings::Settings;
-use shell::{Ending, Shell, ShellConfig};
 
 /// How often idle shell sessions are looked for.
 const EVICT_EVERY: Duration = Duration::from_secs(30);
-
-/// Who asked for the command: an agent (full tool path) or the user (SPEC §8.2 bang semantics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Origin {
-    #[default]
-    Tool,
-    Bang,
-}
 
 /// One command to run.
 #[derive(Debug, Clone, Default)]
