@@ -105,7 +105,12 @@ function M.load_full(card)
   if not id or s.full_lines then
     return
   end
-  local ok, text = require('agent_bash.artifact').fetch(id)
+  local ok, text
+  if s.result.artifact_path then -- a mirrored call (SPEC §11): the MCP server's artifact
+    ok, text = require('agent_bash.mirror').read_artifact(s.result.artifact_path)
+  else
+    ok, text = require('agent_bash.artifact').fetch(id)
+  end
   if not ok then
     vim.notify(text, vim.log.levels.ERROR)
     return

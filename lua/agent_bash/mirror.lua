@@ -137,6 +137,21 @@ function M.context()
   return msgs
 end
 
+--- The full text of a mirrored call's artifact (a file of the MCP server's session). Returns
+--- true and the text, or false and the error.
+---@param path string
+---@return boolean ok
+---@return string text_or_err
+function M.read_artifact(path)
+  local f, err = io.open(path, 'rb')
+  if not f then
+    return false, 'agent-bash: cannot read the MCP server\'s artifact: ' .. tostring(err)
+  end
+  local text = f:read('*a')
+  f:close()
+  return true, text
+end
+
 --- The servers mirrored into this editor that are still connected.
 ---@return agent_bash.MirrorServer[]
 function M.servers()

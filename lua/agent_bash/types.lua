@@ -36,6 +36,7 @@
 
 --- What the model gets (SPEC §7); snake_case as sent by the backend.
 ---@class agent_bash.BashResult
+---@field artifact_path? string a mirrored call's artifact file (the MCP server's, SPEC §11)
 ---@field output string
 ---@field exit_code? integer
 ---@field cancelled boolean

@@ -311,7 +311,7 @@ impl Server {
             let mut ev = vec![
                 ("type", rmpv::Value::from("done")),
                 ("id", rmpv::Value::from(0)),
-                ("result", super::mirror::result_value(&result)),
+                ("result", super::mirror::result_value(&result, self.rt.store())),
             ];
             ev.extend(lines_and_hl(&lines));
             m.finish(key, map(ev));

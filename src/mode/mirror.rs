@@ -316,9 +316,17 @@ fn context_text(messages: &serde_json::Value) -> String {
     parts.join("\n\n")
 }
 
-/// A `done` event's result for the card, as the nvim mode sends it.
-pub fn result_value(r: &crate::result::BashResult) -> Value {
-    json_to_msgpack(&serde_json::to_value(r).unwrap_or_default())
+/// A `done` event's result for the card, as the nvim mode sends it, plus `artifact_path`: the
+/// artifact is this server's, so the card reads the file instead of asking its own backend.
+pub fn result_value(
+    r: &crate::result::BashResult,
+    store: &crate::artifacts::ArtifactStore,
+) -> Value {
+    let mut v = serde_json::to_value(r).unwrap_or_default();
+    if let (Some(id), Some(m)) = (r.artifact_id, v.as_object_mut()) {
+        m.insert("artifact_path".into(), store.path(id).to_string_lossy().into_owned().into());
+    }
+    json_to_msgpack(&v)
 }
 
 #[cfg(test)]

@@ -402,3 +402,27 @@ async fn mcp_mirror_editor_killed_mid_call_lets_the_call_finish() {
     assert_eq!(res["text"], "begin\nfinish\n", "{res}");
     assert_eq!(res["is_error"], false, "{res}");
 }
+
+#[tokio::test]
+async fn mcp_mirror_card_loads_the_servers_artifact() {
+    let ed = Editor::start().await;
+    let addr = ed.addr.to_str().unwrap().to_string();
+    let call = Call::start("seq 1 30000", &addr, &ed.state(), ed.home.path()).await;
+    let res = call.result().await;
+    assert_eq!(res["result"]["truncated"], true, "{res}");
+    ed.wait_lua("(function() local cs = require('agent_bash.float').cards(); return cs[1] and cs[1].run.finished end)()")
+        .await;
+    // The card's full-output key: the text is the MCP server's artifact, not the editor's.
+    let full = ed
+        .lua(
+            "local c = require('agent_bash.float').cards()[1]
+             require('agent_bash.float').load_full(c)
+             local l = c.run.state.full_lines or {}
+             return { #l, l[1], l[#l] }",
+        )
+        .await;
+    let full = full.as_array().unwrap();
+    assert_eq!(full[0].as_u64(), Some(30000), "{full:?}");
+    assert_eq!(full[1].as_str(), Some("1"));
+    assert_eq!(full[2].as_str(), Some("30000"));
+}
