@@ -6,8 +6,9 @@
 --
 -- Registry: one JSON file per editor, `<state>/agent-bash/editors/<pid>.json` with `address`,
 -- `pid`, `cwd` and `started`, where <state> is the state dir the backend uses
--- (`$XDG_STATE_HOME`, else `~/.local/state`). Written at start-up, kept current on `:cd`,
--- removed on VimLeavePre; entries of editors that died are removed by the next one to start.
+-- (`$XDG_STATE_HOME`, else `~/.local/state`). plugin/agent_bash.lua writes it after start-up
+-- (without loading this module), keeps it current on `:cd` and removes it on VimLeavePre;
+-- entries of editors that died are removed by the next one to start.
 
 local M = {}
 local H = {}
@@ -23,7 +24,7 @@ local log = require('agent_bash.log')
 ---@field calls integer calls shown so far
 ---@field since integer os.time() of the connection
 
---- The directory of the discovery registry.
+--- The directory of the discovery registry (the same as plugin/agent_bash.lua's).
 ---@return string
 function M.registry_dir()
   local base = vim.env.XDG_STATE_HOME
@@ -35,38 +36,6 @@ function M.registry_dir()
     end
   end
   return base .. '/agent-bash/editors'
-end
-
---- Writes (or rewrites) this editor's registry entry and removes entries of dead editors.
---- Failures are logged, never raised: discovery is a convenience.
-function M.register()
-  local address = vim.v.servername
-  if address == nil or address == '' then
-    log.info('mirror: no RPC address (v:servername is empty); not registered for discovery')
-    return
-  end
-  local dir = M.registry_dir()
-  local ok, err = pcall(function()
-    vim.fn.mkdir(dir, 'p', tonumber('700', 8))
-    H.clean(dir)
-    local entry = { address = address, pid = vim.fn.getpid(), cwd = vim.fn.getcwd(), started = H.started() }
-    local path = H.entry_path()
-    local tmp = path .. '.tmp'
-    local f = assert(io.open(tmp, 'w'))
-    f:write(vim.json.encode(entry))
-    f:close()
-    assert(os.rename(tmp, path))
-  end)
-  if not ok then
-    log.warn('mirror: could not register in %s: %s', dir, tostring(err))
-    return
-  end
-  H.autocmds()
-end
-
---- Removes this editor's registry entry.
-function M.unregister()
-  os.remove(H.entry_path())
 end
 
 --- Called by a server once connected. Returns what it needs to know of this editor.
@@ -173,34 +142,6 @@ end
 
 H.servers = {} ---@type table<integer, agent_bash.MirrorServer>
 
-function H.entry_path()
-  return M.registry_dir() .. '/' .. vim.fn.getpid() .. '.json'
-end
-
---- When this editor started, in milliseconds since the epoch (the newest editor wins).
-function H.started()
-  if not H.start_ms then
-    local s, us = vim.uv.gettimeofday()
-    H.start_ms = s * 1000 + math.floor(us / 1000)
-  end
-  return H.start_ms
-end
-
---- Removes the entries of editors whose process is gone.
-function H.clean(dir)
-  for name, kind in vim.fs.dir(dir) do
-    local pid = kind == 'file' and tonumber(name:match('^(%d+)%.json$'))
-    if pid and pid ~= vim.fn.getpid() and not H.pid_alive(pid) then
-      os.remove(dir .. '/' .. name)
-    end
-  end
-end
-
-function H.pid_alive(pid)
-  local ok, err = vim.uv.kill(pid, 0)
-  return ok == 0 or ok == true or (err ~= nil and tostring(err):match('EPERM') ~= nil)
-end
-
 function H.alive(chan)
   local ok, info = pcall(vim.api.nvim_get_chan_info, chan)
   return ok and type(info) == 'table' and info.id ~= nil
@@ -230,28 +171,6 @@ function H.watch()
       end
     end)
   )
-end
-
-function H.autocmds()
-  if H.augroup then
-    return
-  end
-  H.augroup = vim.api.nvim_create_augroup('agent_bash_mirror', { clear = true })
-  vim.api.nvim_create_autocmd('DirChanged', {
-    group = H.augroup,
-    pattern = 'global',
-    desc = 'agent-bash: keep the discovery entry current',
-    callback = function()
-      M.register()
-    end,
-  })
-  vim.api.nvim_create_autocmd('VimLeavePre', {
-    group = H.augroup,
-    desc = 'agent-bash: leave the discovery registry',
-    callback = function()
-      M.unregister()
-    end,
-  })
 end
 
 return M
