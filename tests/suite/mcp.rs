@@ -306,7 +306,7 @@ impl Call {
     }
 
     /// The call's result (`{text, is_error, result}`).
-    async fn result(mut self) -> Json {
+    async fn result(&mut self) -> Json {
         let mut facts = None;
         loop {
             let line = tokio::time::timeout(Duration::from_secs(60), self.lines.next_line())
@@ -339,7 +339,7 @@ async fn mcp_mirror_shows_a_live_card_found_by_discovery_and_health_lists_the_se
         g = gate.display()
     );
     // The server runs in <home>/proj/mcp-…, inside the editor's cwd: `auto` finds it.
-    let call = Call::start(&command, "auto", &ed.state(), &ed.home.path().join("proj")).await;
+    let mut call = Call::start(&command, "auto", &ed.state(), &ed.home.path().join("proj")).await;
     let (text, title, status) = ed.card_with("\nlive-1").await;
     assert!(text.starts_with("$ cd proj/"), "{text}");
     assert!(text.contains(&command), "{text}");
@@ -370,7 +370,7 @@ async fn mcp_mirror_cancel_from_the_card_gives_the_client_a_cancelled_result() {
     let mark = format!("AGENT_BASH_MCP_CARD={}", std::process::id());
     let command = format!("echo waiting; env {mark} sleep 300");
     let addr = ed.addr.to_str().unwrap().to_string();
-    let call = Call::start(&command, &addr, &ed.state(), ed.home.path()).await;
+    let mut call = Call::start(&command, &addr, &ed.state(), ed.home.path()).await;
     ed.card_with("\nwaiting").await;
     assert!(eventually(Duration::from_secs(10), || !procs_with_env(&mark).is_empty()).await);
     // What the card's cancel key does.
@@ -394,7 +394,7 @@ async fn mcp_mirror_editor_killed_mid_call_lets_the_call_finish() {
         g = gate.display()
     );
     let addr = ed.addr.to_str().unwrap().to_string();
-    let call = Call::start(&command, &addr, &ed.state(), ed.home.path()).await;
+    let mut call = Call::start(&command, &addr, &ed.state(), ed.home.path()).await;
     ed.card_with("\nbegin").await;
     ed.child.kill().await.unwrap();
     std::fs::write(&gate, "").unwrap();
@@ -407,7 +407,8 @@ async fn mcp_mirror_editor_killed_mid_call_lets_the_call_finish() {
 async fn mcp_mirror_card_loads_the_servers_artifact() {
     let ed = Editor::start().await;
     let addr = ed.addr.to_str().unwrap().to_string();
-    let call = Call::start("seq 1 30000", &addr, &ed.state(), ed.home.path()).await;
+    // The server's session (and artifact) outlive it, as under the real state dir.
+    let mut call = Call::start("seq 1 30000", &addr, &ed.state(), ed.home.path()).await;
     let res = call.result().await;
     assert_eq!(res["result"]["truncated"], true, "{res}");
     ed.wait_lua("(function() local cs = require('agent_bash.float').cards(); return cs[1] and cs[1].run.finished end)()")
