@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: everything CI checks, on a fresh machine with nothing installed by
 # hand. Installs what the tests need (Neovim 0.11.4 and the MCP Python SDK from PyPI when
-# absent), then runs the Rust
-# suites (unit, property and integration tests with real processes) and the Lua specs.
+# absent), then runs the Rust suites (unit, property and integration tests with real processes,
+# real MCP clients and a real Neovim) and the Lua specs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVIM_BIN=$(scripts/nvim.sh)
