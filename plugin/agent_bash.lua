@@ -68,3 +68,63 @@ vim.api.nvim_create_autocmd('BufReadCmd', {
     require('agent_bash.artifact').read_cmd(ev)
   end,
 })
+
+-- The editor mirror (SPEC §11): once started, this editor registers for discovery by the MCP
+-- servers agents start (`agent-bash mcp`): `<state>/agent-bash/editors/<pid>.json` with address,
+-- pid, cwd; kept current on :cd, removed on exit, entries of dead editors removed. Plain code
+-- after start-up, so that starting Neovim loads no module (lua/agent_bash/mirror.lua reads the
+-- same directory for :checkhealth).
+local function registry_dir()
+  local base = vim.env.XDG_STATE_HOME
+  if base == nil or not base:match('^/') then
+    base = (vim.env.HOME or '') .. (vim.fn.has('mac') == 1 and '/Library/Application Support' or '/.local/state')
+  end
+  return base .. '/agent-bash/editors'
+end
+
+local function register()
+  local address, pid = vim.v.servername, vim.fn.getpid()
+  if address == nil or address == '' then
+    return
+  end
+  pcall(function()
+    local dir = registry_dir()
+    vim.fn.mkdir(dir, 'p', tonumber('700', 8))
+    for name in vim.fs.dir(dir) do
+      local other = tonumber(name:match('^(%d+)%.json$'))
+      if other and other ~= pid then
+        local alive, err = vim.uv.kill(other, 0)
+        if alive ~= 0 and not tostring(err):match('EPERM') then
+          os.remove(dir .. '/' .. name) -- an editor that died without unregistering
+        end
+      end
+    end
+    local s, us = vim.uv.gettimeofday()
+    vim.g.agent_bash_started_ms = vim.g.agent_bash_started_ms or (s * 1000 + math.floor(us / 1000))
+    local entry = { address = address, pid = pid, cwd = vim.fn.getcwd(), started = vim.g.agent_bash_started_ms }
+    local path = ('%s/%d.json'):format(dir, pid)
+    local f = assert(io.open(path .. '.tmp', 'w'))
+    f:write(vim.json.encode(entry))
+    f:close()
+    assert(os.rename(path .. '.tmp', path))
+  end)
+end
+
+local function start_registry()
+  local group = vim.api.nvim_create_augroup('agent_bash_registry', { clear = true })
+  vim.api.nvim_create_autocmd('DirChanged', { group = group, pattern = 'global', desc = 'agent-bash: keep the discovery entry current', callback = register })
+  vim.api.nvim_create_autocmd('VimLeavePre', {
+    group = group,
+    desc = 'agent-bash: leave the discovery registry',
+    callback = function()
+      os.remove(('%s/%d.json'):format(registry_dir(), vim.fn.getpid()))
+    end,
+  })
+  register()
+end
+
+if vim.v.vim_did_enter == 1 then
+  vim.schedule(start_registry)
+else
+  vim.api.nvim_create_autocmd('VimEnter', { group = vim.api.nvim_create_augroup('agent_bash_registry', { clear = true }), once = true, desc = 'agent-bash: register for the editor mirror', callback = start_registry })
+end

@@ -30,6 +30,9 @@ enum Mode {
     /// JSON lines over stdio (`bash`, `abort_bash`, `tool_call`, `abort_tool_call`, `get_context`,
     /// `history`, `artifact`).
     Rpc(mode::rpc::RpcArgs),
+    /// Model Context Protocol server over stdio (tool `bash`, artifacts as resources); shows
+    /// every call in the user's Neovim.
+    Mcp(mode::mcp::McpArgs),
     /// Show what normalization and interception make of a command (one JSON object).
     Explain(mode::explain::ExplainArgs),
     /// Read raw bytes on stdin and print the model-facing text.
@@ -98,6 +101,7 @@ fn main() {
         Mode::Exec(args) => run_async(mode::exec::run(args)),
         Mode::Rpc(args) => run_async(mode::rpc::run(args)),
         Mode::Nvim(args) => run_async(mode::nvim::run(args)),
+        Mode::Mcp(args) => run_async(mode::mcp::run(args)),
         Mode::Explain(args) => mode::explain::run(args).map_err(Into::into),
         Mode::Sanitize(args) => mode::sanitize::run(args).map_err(Into::into),
         Mode::Watchdog { .. } => Ok(0),

@@ -513,6 +513,9 @@ end
 function H.title(ctx)
   local s = ctx.state
   local name = s.origin == 'bang' and (s.exclude and 'AgentBash! (not in context)' or 'AgentBash') or 'bash'
+  if s.client then
+    name = ('bash (%s)'):format(s.client) -- a call an MCP client made (the editor mirror)
+  end
   local parts = H.status_words(s, { name })
   return {
     { ' ' .. (ctx.icons[s.status] or '?') .. ' ', H.group(ctx, H.status_group[s.status] or 'AgentBashTitle') },

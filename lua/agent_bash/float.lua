@@ -105,7 +105,14 @@ function M.load_full(card)
   if not id or s.full_lines then
     return
   end
-  local ok, lines = require('agent_bash.artifact').lines(id)
+  local ok, lines
+  if s.result.artifact_path then -- a mirrored call (SPEC §11): the MCP server's artifact
+    local text
+    ok, text = require('agent_bash.mirror').read_artifact(s.result.artifact_path)
+    lines = ok and require('agent_bash.artifact').split(text) or text
+  else
+    ok, lines = require('agent_bash.artifact').lines(id)
+  end
   if not ok then
     vim.notify(lines, vim.log.levels.ERROR)
     return

@@ -54,9 +54,37 @@ function M.check()
   if bin then
     H.ping(health, backend)
   end
+
+  H.mirror(health)
 end
 
 -- Helpers -----------------------------------------------------------------------------------
+
+--- The MCP servers (`agent-bash mcp`) that show their calls in this editor (SPEC §11).
+function H.mirror(health)
+  health.start('agent-bash: MCP servers mirrored here')
+  local mirror = require('agent_bash.mirror')
+  local address = vim.v.servername
+  if address ~= nil and address ~= '' then
+    health.info(('discovery: %s/%d.json (address %s)'):format(mirror.registry_dir(), vim.fn.getpid(), address))
+  else
+    health.warn('this editor has no RPC address: MCP servers can only find it through $NVIM')
+  end
+  local servers = mirror.servers()
+  if #servers == 0 then
+    health.info('none connected (an agent started in a :terminal here, or in this directory, connects on its first call)')
+  end
+  for _, s in ipairs(servers) do
+    health.ok(('MCP server pid %s for %s: %d calls, cwd %s, channel %d, since %s'):format(
+      tostring(s.pid),
+      s.client or 'a client that has not called yet',
+      s.calls,
+      tostring(s.cwd),
+      s.chan,
+      os.date('%H:%M:%S', s.since)
+    ))
+  end
+end
 
 function H.ping(health, backend)
   local chan, err = backend.ensure()

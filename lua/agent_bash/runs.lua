@@ -17,6 +17,8 @@ local log = require('agent_bash.log')
 ---@field pty? boolean a terminal was asked for (`:AgentBashTerm`)
 ---@field enter? boolean focus the card when one opens
 ---@field finished boolean
+---@field remote_cancel? fun() a run another process executes (the editor mirror): how to cancel it
+---@field remote_chan? integer that process's channel
 
 ---@class agent_bash.RunSpec
 ---@field origin agent_bash.Origin
@@ -89,6 +91,49 @@ function M.start(spec)
   return run
 end
 
+--- Shows a run that another process executes (an MCP server mirrored into this editor, SPEC
+--- §11): its card, fed by the same events as a backend run, but no `run` is sent to the
+--- backend; cancelling it calls `cancel`.
+---@param spec agent_bash.RunSpec|{client?: string}
+---@param cancel fun()
+---@return agent_bash.Run
+function M.attach(spec, cancel)
+  H.next_id = H.next_id + 1
+  ---@type agent_bash.Run
+  local run = {
+    id = H.next_id,
+    finished = false,
+    remote_cancel = cancel,
+    state = {
+      origin = spec.origin,
+      command = spec.command,
+      cwd_label = spec.cwd_label,
+      timeout = spec.timeout,
+      client = spec.client,
+      status = 'running',
+      lines = {},
+      hl = {},
+      total_lines = 0,
+    },
+  }
+  H.runs[run.id] = run
+  if spec.card ~= false then
+    run.card = require('agent_bash.float').open(run, { enter = false })
+  end
+  return run
+end
+
+--- Fails the unfinished runs of a mirrored process that went away.
+---@param chan integer
+---@param message string
+function M.fail_remote(chan, message)
+  for _, run in pairs(H.runs) do
+    if run.remote_chan == chan then
+      M.fail(run, message)
+    end
+  end
+end
+
 --- Asks the backend to cancel a run. Safe to call twice and after the run ended.
 ---@param run agent_bash.Run
 function M.cancel(run)
@@ -96,6 +141,11 @@ function M.cancel(run)
     return
   end
   run.state.cancel_requested = true
+  if run.remote_cancel then
+    run.remote_cancel()
+    H.refresh(run)
+    return
+  end
   local ok, err = require('agent_bash.backend').notify('cancel', { id = run.id })
   if not ok then
     M.fail(run, err)
@@ -203,7 +253,9 @@ end
 function M.on_backend_exit(code)
   log.warn('backend exited with code %d; failing %d running runs', code, vim.tbl_count(H.runs))
   for _, run in pairs(H.runs) do
-    M.fail(run, 'backend exited')
+    if not run.remote_cancel then
+      M.fail(run, 'backend exited')
+    end
   end
 end
 

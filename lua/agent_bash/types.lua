@@ -42,6 +42,7 @@
 
 --- What the model gets (SPEC §7); snake_case as sent by the backend.
 ---@class agent_bash.BashResult
+---@field artifact_path? string a mirrored call's artifact file (the MCP server's, SPEC §11)
 ---@field output string
 ---@field exit_code? integer
 ---@field cancelled boolean
@@ -101,6 +102,7 @@
 ---@field error? string why the run failed to start / died
 ---@field full_lines? string[] the artifact's text, once loaded
 ---@field cancel_requested? boolean
+---@field client? string the MCP client that made the call (mirrored calls, SPEC §11)
 
 ---@class agent_bash.CardOpts
 ---@field width integer text width of the window

@@ -3,6 +3,8 @@
 pub mod exec;
 pub mod explain;
 pub mod frame;
+pub mod mcp;
+pub mod mirror;
 pub mod nvim;
 pub mod rpc;
 pub mod sanitize;

@@ -507,7 +507,7 @@ async fn send(nvim: &Nvim, ev: Value) {
     }
 }
 
-fn error_event(id: i64, message: &str) -> Value {
+pub(crate) fn error_event(id: i64, message: &str) -> Value {
     map(vec![
         ("type", Value::from("error")),
         ("id", Value::from(id)),
@@ -515,7 +515,7 @@ fn error_event(id: i64, message: &str) -> Value {
     ])
 }
 
-fn update_event(id: i64, u: &LiveUpdate, elapsed_ms: u64) -> Value {
+pub(crate) fn update_event(id: i64, u: &LiveUpdate, elapsed_ms: u64) -> Value {
     let mut ev = vec![
         ("type", Value::from("update")),
         ("id", Value::from(id)),
@@ -528,7 +528,7 @@ fn update_event(id: i64, u: &LiveUpdate, elapsed_ms: u64) -> Value {
 }
 
 /// `lines` (as shown, clamped) and `hl` (`{row0, col_start, col_end, style}`) for Lua.
-fn lines_and_hl(lines: &[StyledLine]) -> [(&'static str, Value); 2] {
+pub(crate) fn lines_and_hl(lines: &[StyledLine]) -> [(&'static str, Value); 2] {
     let mut hl = Vec::new();
     for (row, line) in lines.iter().enumerate() {
         for sp in &line.spans {
@@ -544,7 +544,7 @@ fn lines_and_hl(lines: &[StyledLine]) -> [(&'static str, Value); 2] {
     [("lines", Value::Array(text)), ("hl", Value::Array(hl))]
 }
 
-fn map(entries: Vec<(&str, Value)>) -> Value {
+pub(crate) fn map(entries: Vec<(&str, Value)>) -> Value {
     Value::Map(entries.into_iter().map(|(k, v)| (Value::from(k), v)).collect())
 }
 
@@ -645,7 +645,7 @@ async fn guard_input(
     }
 }
 
-fn msgpack_to_json(v: &Value) -> serde_json::Value {
+pub(crate) fn msgpack_to_json(v: &Value) -> serde_json::Value {
     use serde_json::Value as J;
     match v {
         Value::Nil => J::Null,
@@ -681,7 +681,7 @@ fn float_json(f: f64) -> serde_json::Value {
         .map_or_else(|| serde_json::Value::String(f.to_string()), serde_json::Value::Number)
 }
 
-fn json_to_msgpack(v: &serde_json::Value) -> Value {
+pub(crate) fn json_to_msgpack(v: &serde_json::Value) -> Value {
     use serde_json::Value as J;
     match v {
         J::Null => Value::Nil,

@@ -151,7 +151,7 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
 /// Our stdin. When it is a pipe (the usual case for an agent talking to us), read it through
 /// the event loop directly: tokio's `stdin()` goes through a blocking thread, a thread hop on
 /// every request.
-fn stdio_reader() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
+pub(crate) fn stdio_reader() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
     match dup_fd(0).map(tokio::net::unix::pipe::Receiver::from_owned_fd) {
         Some(Ok(rx)) => Box::new(rx),
         _ => Box::new(tokio::io::stdin()),
@@ -159,7 +159,7 @@ fn stdio_reader() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
 }
 
 /// Our stdout, for the same reason as [`stdio_reader`].
-fn stdio_writer() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
+pub(crate) fn stdio_writer() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
     match dup_fd(1).map(tokio::net::unix::pipe::Sender::from_owned_fd) {
         Some(Ok(tx)) => Box::new(tx),
         _ => Box::new(tokio::io::stdout()),

@@ -5,6 +5,7 @@ mod exec;
 mod explain;
 mod faults;
 mod load;
+mod mcp;
 mod nvim;
 mod nvim_faults;
 mod pipeline;

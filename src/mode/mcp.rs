@@ -1,0 +1,624 @@
+//! `agent-bash mcp`: a Model Context Protocol server over stdio (SPEC §11) on the official Rust
+//! SDK (`rmcp`). Decode, call the runtime, encode; no business logic here.
+//!
+//! * tool `bash` → [`Runtime::run`] (the full tool path, §1–§7, persistent shell sessions). Text
+//!   content = the model-facing text of §7, structured content = the `BashResult`, `isError` =
+//!   its `is_error`. Bad input and blocked commands are tool errors with §2/§3's exact texts.
+//! * progress: with a progress token, `notifications/progress` carry the live tail's last line
+//!   and the counters, at most [`PROGRESS_EVERY`] apart.
+//! * `notifications/cancelled` cancels the run (the process tree is killed as by any cancel);
+//!   rmcp then drops the response, as the protocol wants.
+//! * resources: `artifact://<id>` (listed, readable, a template) and `agent-bash://context`.
+//! * the editor mirror ([`super::mirror`]): each call also shows as a card in the user's Neovim.
+//!
+//! stdout carries protocol messages only: one writer task owns it. Unparsable lines get a
+//! JSON-RPC parse error (rmcp's own stdio transport ignores them silently), and the server
+//! keeps serving.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::mirror::Mirror;
+use super::nvim::{lines_and_hl, map, update_event};
+use crate::exec::{LiveUpdate, Origin, Runtime, Settings, UpdateFn};
+use crate::result::BashResult;
+use crate::Result;
+
+/// Flags of `agent-bash mcp`.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// Settings file (TOML).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The editor that shows the calls: `auto` ($NVIM, else the newest Neovim with the plugin
+    /// whose cwd contains ours), `off`, or an RPC address (a socket path). $NVIM wins unless
+    /// `off`.
+    #[arg(long, default_value = "auto")]
+    pub nvim: String,
+}
+
+/// Least time between two progress notifications of one call (at most 4 per second).
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+/// Longest request line accepted; a longer one is answered with an error, not buffered.
+const MAX_LINE: usize = 16 << 20;
+/// The resource holding the user's recorded commands.
+const CONTEXT_URI: &str = "agent-bash://context";
+
+/// Runs the MCP server until the client closes stdin or a signal arrives.
+pub async fn run(args: McpArgs) -> Result<i32> {
+    let settings = match &args.config {
+        Some(p) => Settings::load(p)?,
+        None => Settings::default(),
+    };
+    let rt = super::start_runtime(settings, None)?;
+    tokio::spawn(rt.clone().evict_loop());
+    let cwd = std::env::current_dir()?;
+    let mirror = super::mirror::find_editor(&args.nvim, &cwd).map(|addr| {
+        tracing::info!("mcp: mirroring calls into the editor at {addr}");
+        Mirror::start(addr)
+    });
+    let server = Server {
+        rt: rt.clone(),
+        mirror,
+        next: Arc::new(AtomicU64::new(0)),
+        running: Arc::default(),
+    };
+    let running = server.running.clone();
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(write_lines(out_rx));
+    let transport = LineTransport::new(out_tx);
+    let service = server
+        .serve(transport)
+        .await
+        .map_err(|e| crate::Error::InvalidInput(format!("MCP initialization failed: {e}")))?;
+    tokio::select! {
+        r = service.waiting() => tracing::info!("mcp: client gone ({r:?})"),
+        _ = super::wait_for_signal() => tracing::info!("mcp: signal: stopping"),
+    }
+    // The client is gone: nobody can receive what still runs.
+    if let Ok(r) = running.lock() {
+        r.values().for_each(CancellationToken::cancel);
+    }
+    rt.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    Ok(0)
+}
+
+#[derive(Clone)]
+struct Server {
+    rt: Arc<Runtime>,
+    mirror: Option<Arc<Mirror>>,
+    next: Arc<AtomicU64>,
+    /// Cancel tokens of the running calls (cancelled when the client goes away).
+    running: Arc<Mutex<std::collections::HashMap<u64, CancellationToken>>>,
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().build())
+            .with_server_info(Implementation::new("agent-bash", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Run shell commands with the `bash` tool. Shell state (variables, functions) \
+                 persists between calls with the same session_key. Long output is truncated; \
+                 the full text is the resource named in the notice (artifact://<id>).",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![bash_tool()]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, ErrorData> {
+        if request.name != "bash" {
+            return Err(ErrorData::invalid_params(
+                format!("Unknown tool: {} (this server has `bash`)", request.name),
+                None,
+            ));
+        }
+        let args = request.arguments.unwrap_or_default();
+        Ok(self.bash(args, context).await.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListResourcesResult, ErrorData> {
+        let store = self.rt.store();
+        let mut list: Vec<Resource> = store
+            .ids()
+            .into_iter()
+            .map(|id| {
+                let mut r = Resource::new(format!("artifact://{id}"), format!("artifact {id}"))
+                    .with_description("Full output of a truncated bash call")
+                    .with_mime_type("text/plain");
+                if let Ok(meta) = std::fs::metadata(store.path(id)) {
+                    r = r.with_size(meta.len());
+                }
+                r
+            })
+            .collect();
+        list.push(
+            Resource::new(CONTEXT_URI, "context")
+                .with_description("Commands the user ran in the mirrored editor, with their output")
+                .with_mime_type("text/plain"),
+        );
+        Ok(ListResourcesResult::with_all_items(list))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![ResourceTemplate::new(
+            "artifact://{id}",
+            "artifact",
+        )
+        .with_description("Full output of a truncated bash call, by the id its notice names")
+        .with_mime_type("text/plain")]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ReadResourceResponse, ErrorData> {
+        let uri = request.uri;
+        let text = if uri == CONTEXT_URI {
+            match &self.mirror {
+                Some(m) => match m.context().await {
+                    Some(Ok(text)) => text,
+                    Some(Err(e)) => {
+                        return Err(ErrorData::internal_error(format!("context: {e}"), None))
+                    }
+                    None => String::new(),
+                },
+                None => String::new(),
+            }
+        } else if uri.starts_with("artifact://") {
+            crate::artifacts::resolve(Some(self.rt.store()), &uri)
+                .map_err(|e| ErrorData::resource_not_found(e.to_string(), None))?
+        } else {
+            return Err(ErrorData::resource_not_found(format!("Unknown resource: {uri}"), None));
+        };
+        let contents = ResourceContents::text(text, uri).with_mime_type("text/plain");
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+}
+
+impl Server {
+    /// One `bash` call: the full tool path, progress, the mirror's card.
+    async fn bash(&self, args: JsonObject, context: RequestContext<RoleServer>) -> CallToolResult {
+        let mut req = match super::rpc::request_from(&args, Origin::Tool) {
+            Ok(r) => r,
+            Err(e) => return error_result(&e),
+        };
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(key, cancel.clone());
+        }
+        let mirror = self.mirror.as_ref().filter(|m| m.alive());
+        req.display = mirror.is_some();
+        let limited = req.head.is_some() || req.tail.is_some();
+        let started = Instant::now();
+        if let Some(m) = mirror {
+            let client = context
+                .peer
+                .peer_info()
+                .map(|i| i.client_info.name.clone())
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "MCP".into());
+            let cwd = crate::validate::resolve_cwd(
+                &std::env::current_dir().unwrap_or_default(),
+                req.cwd.as_deref(),
+            )
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| req.cwd.clone().unwrap_or_default());
+            let mut spec = vec![
+                ("command", rmpv::Value::from(req.command.as_str())),
+                ("cwd", rmpv::Value::from(cwd.as_str())),
+                ("client", rmpv::Value::from(client.as_str())),
+            ];
+            if let Some(t) = req.timeout {
+                spec.push(("timeout", rmpv::Value::from(t)));
+            }
+            m.open(key, cancel.clone(), map(spec));
+        }
+
+        // Live updates: to the progress task (latest wins) and to the mirror (bounded queue).
+        let progress = context.meta.get_progress_token();
+        let (tx, rx) = watch::channel::<Option<LiveUpdate>>(None);
+        let last: Arc<Mutex<Option<LiveUpdate>>> = Arc::default();
+        let keep = last.clone();
+        let card = mirror.cloned();
+        let on_update: UpdateFn = Arc::new(move |u: LiveUpdate| {
+            if u.last {
+                if let Ok(mut l) = keep.lock() {
+                    *l = Some(u);
+                }
+                return;
+            }
+            if let Some(m) = &card {
+                m.update(key, update_event(0, &u, started.elapsed().as_millis() as u64));
+            }
+            tx.send_replace(Some(u));
+        });
+        let reporter = progress.map(|token| {
+            let peer = context.peer.clone();
+            tokio::spawn(report_progress(peer, token, rx))
+        });
+
+        let on_client_cancel = context.ct.clone();
+        let run_cancel = cancel.clone();
+        let watcher = tokio::spawn(async move {
+            on_client_cancel.cancelled().await;
+            run_cancel.cancel();
+        });
+        let res = self.rt.run(req, cancel.clone(), Some(on_update)).await;
+        watcher.abort();
+        if let Some(r) = reporter {
+            r.abort();
+            let _ = r.await;
+        }
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&key);
+        }
+        let result = match res {
+            Ok(r) => r,
+            Err(e) => {
+                let text = e.to_string();
+                if let Some(m) = mirror {
+                    m.finish(key, super::nvim::error_event(0, &text));
+                }
+                return error_result(&text);
+            }
+        };
+        if let Some(m) = mirror {
+            let lines = if limited || result.normalized.as_ref().is_some_and(selects) {
+                let mut d = crate::display::Display::new();
+                d.push(&result.text, &[]);
+                d.last(crate::display::MAX_LINES, "")
+            } else {
+                last.lock().ok().and_then(|mut l| l.take()).map(|u| u.lines).unwrap_or_default()
+            };
+            let mut ev = vec![
+                ("type", rmpv::Value::from("done")),
+                ("id", rmpv::Value::from(0)),
+                ("result", super::mirror::result_value(&result, self.rt.store())),
+            ];
+            ev.extend(lines_and_hl(&lines));
+            m.finish(key, map(ev));
+        }
+        tool_result(&result)
+    }
+}
+
+/// Normalization extracted a head or tail: the model sees a selection, not the stream's end.
+fn selects(n: &Value) -> bool {
+    !n["head"].is_null() || !n["tail"].is_null()
+}
+
+/// Sends the latest update as a progress notification, at most every [`PROGRESS_EVERY`].
+async fn report_progress(
+    peer: rmcp::Peer<RoleServer>,
+    token: rmcp::model::ProgressToken,
+    mut rx: watch::Receiver<Option<LiveUpdate>>,
+) {
+    let mut sent_bytes = None;
+    while rx.changed().await.is_ok() {
+        let Some(u) = rx.borrow_and_update().clone() else { continue };
+        // Progress must grow with every notification.
+        if sent_bytes == Some(u.total_bytes) {
+            continue;
+        }
+        sent_bytes = Some(u.total_bytes);
+        let param = ProgressNotificationParam::new(token.clone(), u.total_bytes as f64)
+            .with_message(progress_message(&u));
+        if peer.notify_progress(param).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(PROGRESS_EVERY).await;
+    }
+}
+
+/// `<last line of the live tail> · <N> lines, <size>`.
+fn progress_message(u: &LiveUpdate) -> String {
+    let line = u.tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end();
+    let line: String = line.chars().take(200).collect();
+    let counters =
+        format!("{} lines, {}", u.total_lines, crate::result::format_size(u.total_bytes));
+    if line.is_empty() {
+        counters
+    } else {
+        format!("{line} · {counters}")
+    }
+}
+
+/// What the client gets for a finished run.
+fn tool_result(r: &BashResult) -> CallToolResult {
+    let mut out = CallToolResult::success(vec![ContentBlock::text(r.output.clone())]);
+    out.structured_content = serde_json::to_value(r).ok();
+    out.is_error = Some(r.is_error);
+    out
+}
+
+/// A call that could not run (bad input): the exact message, as text and as a `BashResult`.
+fn error_result(message: &str) -> CallToolResult {
+    tool_result(&BashResult { output: message.to_string(), is_error: true, ..Default::default() })
+}
+
+fn bash_tool() -> Tool {
+    let input = json!({
+        "type": "object",
+        "properties": {
+            "command": {
+                "type": "string",
+                "description": "The bash command to run. Shell state (exported variables, functions, aliases) persists between calls with the same session_key; each call starts in `cwd`. stdin is /dev/null: do not run commands that wait for input."
+            },
+            "timeout": {
+                "type": "number",
+                "description": "Timeout in seconds (default 300, clamped to 1-3600, fractions allowed). On timeout the command and everything it started is killed and the output so far is returned."
+            },
+            "cwd": {
+                "type": "string",
+                "description": "Working directory for the command: absolute, `~/...`, or relative to the directory the server runs in (the default)."
+            },
+            "head": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Return only the first N lines of the output (like `| head -n N`, without cutting the command short)."
+            },
+            "tail": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Return only the last N lines of the output (like `| tail -n N`)."
+            },
+            "session_key": {
+                "type": "string",
+                "description": "Name of the persistent shell session to run in (default: one shared session). Use different keys for independent work in parallel."
+            }
+        },
+        "required": ["command"]
+    });
+    let output = json!({
+        "type": "object",
+        "description": "The run's result; `output` is the same text as the content.",
+        "properties": {
+            "output": {"type": "string", "description": "What the model reads: notices, output, truncation notice, exit wording"},
+            "exit_code": {"type": "integer", "description": "Absent when unknown, after a timeout or a cancel"},
+            "cancelled": {"type": "boolean", "description": "Cancelled or timed out"},
+            "timed_out": {"type": "boolean"},
+            "truncated": {"type": "boolean"},
+            "total_lines": {"type": "integer"},
+            "total_bytes": {"type": "integer"},
+            "output_lines": {"type": "integer"},
+            "output_bytes": {"type": "integer"},
+            "artifact_id": {"type": "integer", "description": "Full output: resource artifact://<id>"},
+            "duration_ms": {"type": "integer"},
+            "normalized": {"type": "object"},
+            "shell_restarted": {"type": "boolean"},
+            "timeout_clamped_from": {"type": "number"},
+            "waited_ms": {"type": "integer"},
+            "truncation": {"type": "object"},
+            "is_error": {"type": "boolean"},
+            "blocked": {"type": "object", "description": "Set when interception blocked the command: rule, suggested_tool, message"}
+        },
+        "required": ["output", "cancelled", "timed_out", "truncated", "is_error"]
+    });
+    let as_object = |v: Value| match v {
+        Value::Object(m) => m,
+        _ => JsonObject::new(),
+    };
+    Tool::new(
+        "bash",
+        "Run a bash command in a persistent shell session and return its output (the tail when long; the full text stays readable as a resource). Non-zero exit, timeout and cancel are errors.",
+        as_object(input),
+    )
+    .with_raw_output_schema(Arc::new(as_object(output)))
+}
+
+/// stdin/stdout as an MCP transport: one JSON-RPC message per line.
+struct LineTransport {
+    reader: BufReader<Box<dyn tokio::io::AsyncRead + Unpin + Send>>,
+    buf: Vec<u8>,
+    out: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl LineTransport {
+    fn new(out: mpsc::UnboundedSender<Vec<u8>>) -> LineTransport {
+        LineTransport {
+            reader: BufReader::with_capacity(64 * 1024, super::rpc::stdio_reader()),
+            buf: Vec::new(),
+            out,
+        }
+    }
+
+    fn reply_error(&self, id: Value, code: i64, message: String) {
+        let v = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+        let mut line = v.to_string().into_bytes();
+        line.push(b'\n');
+        let _ = self.out.send(line);
+    }
+}
+
+impl Transport<RoleServer> for LineTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl std::future::Future<Output = std::result::Result<(), Self::Error>> + Send + 'static
+    {
+        let line = serde_json::to_vec(&item).map(|mut v| {
+            v.push(b'\n');
+            v
+        });
+        let out = self.out.clone();
+        async move {
+            let line = line.map_err(std::io::Error::other)?;
+            out.send(line).map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed")
+            })
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            // `read_until` keeps what it read in `buf` when this future is dropped (rmcp polls
+            // it in a select): the line is resumed, not lost. `buf` is cleared only below.
+            let n = match (&mut self.reader)
+                .take((MAX_LINE + 1) as u64)
+                .read_until(b'\n', &mut self.buf)
+                .await
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!("mcp: stdin: {e}");
+                    return None;
+                }
+            };
+            if n == 0 && self.buf.is_empty() {
+                return None;
+            }
+            if self.buf.len() > MAX_LINE && !self.buf.ends_with(b"\n") {
+                // Skip the rest of the over-long line without buffering it.
+                self.buf.clear();
+                let mut sink = Vec::new();
+                loop {
+                    sink.clear();
+                    match (&mut self.reader).take(64 * 1024).read_until(b'\n', &mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) if sink.ends_with(b"\n") => break,
+                        Ok(_) => {}
+                    }
+                }
+                self.reply_error(Value::Null, -32600, "Invalid request: line too long".into());
+                continue;
+            }
+            let line = std::mem::take(&mut self.buf);
+            let text = trim_line(&line);
+            if text.is_empty() {
+                if n == 0 {
+                    return None;
+                }
+                continue;
+            }
+            match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(text) {
+                Ok(msg) => return Some(msg),
+                Err(e) => match serde_json::from_slice::<Value>(text) {
+                    Err(e2) => {
+                        tracing::info!("mcp: unparsable line: {e2}");
+                        self.reply_error(Value::Null, -32700, format!("Parse error: {e2}"));
+                    }
+                    Ok(v) => {
+                        // A malformed notification gets no answer (JSON-RPC); a request does.
+                        if v.get("id").is_some_and(|id| !id.is_null()) || v.get("method").is_none()
+                        {
+                            let id = match v.get("id") {
+                                Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+                                _ => Value::Null,
+                            };
+                            tracing::info!("mcp: invalid request: {e}");
+                            self.reply_error(id, -32600, format!("Invalid request: {e}"));
+                        } else {
+                            tracing::debug!("mcp: ignoring a malformed notification: {e}");
+                        }
+                    }
+                },
+            }
+            if n == 0 {
+                return None;
+            }
+        }
+    }
+
+    async fn close(&mut self) -> std::result::Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+fn trim_line(line: &[u8]) -> &[u8] {
+    let mut t = line;
+    while let Some((last, rest)) = t.split_last() {
+        if matches!(last, b'\n' | b'\r' | b' ' | b'\t') {
+            t = rest;
+        } else {
+            break;
+        }
+    }
+    t.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(t)
+}
+
+/// The one writer of stdout.
+async fn write_lines(mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut stdout = super::rpc::stdio_writer();
+    while let Some(line) = rx.recv().await {
+        if stdout.write_all(&line).await.is_err() {
+            break;
+        }
+        // Flush once the queue is drained: a burst of messages goes out in one write.
+        if rx.is_empty() && stdout.flush().await.is_err() {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_message_has_last_line_and_counters() {
+        let u = LiveUpdate {
+            tail: "one\ntwo\n\n".into(),
+            total_bytes: 2048,
+            total_lines: 3,
+            lines: vec![],
+            last: false,
+        };
+        assert_eq!(progress_message(&u), "two · 3 lines, 2.0KB");
+        let empty = LiveUpdate { tail: String::new(), ..u };
+        assert_eq!(progress_message(&empty), "3 lines, 2.0KB");
+    }
+
+    #[test]
+    fn tool_schemas_are_objects_with_command_required() {
+        let t = bash_tool();
+        assert_eq!(t.input_schema["type"], "object");
+        assert_eq!(t.input_schema["required"], json!(["command"]));
+        let out = t.output_schema.unwrap();
+        assert_eq!(out["type"], "object");
+        // Every required field of the output schema is always in a serialized result.
+        let v = serde_json::to_value(BashResult::default()).unwrap();
+        for k in out["required"].as_array().unwrap() {
+            assert!(v.get(k.as_str().unwrap()).is_some(), "{k} missing");
+        }
+    }
+}

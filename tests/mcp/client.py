@@ -1,0 +1,227 @@
+"""A real MCP client (the official Python SDK) driving `agent-bash mcp` over stdio.
+
+Usage: client.py SCENARIO BIN STATE_DIR [ARGS...]. Each scenario asserts what a client sees and
+prints `ok <scenario>` at the end (plus JSON facts the Rust test checks); a failed assertion
+exits non-zero. tests/suite/mcp.rs runs these; scripts/mcp-client.sh installs the SDK.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import anyio
+import jsonschema
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def server(bin_path, state, extra_env=None, nvim="off"):
+    env = {
+        "XDG_STATE_HOME": os.environ.get("MCP_TEST_XDG_STATE") or os.path.join(state, "xdg"),
+        "AGENT_BASH_LOG": os.path.join(state, "log"),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", state),
+    }
+    env.update(extra_env or {})
+    config = os.path.join(state, "config.toml")
+    with open(config, "w") as f:
+        f.write(f'state_dir = "{state}"\n[interceptor]\nenabled = true\n')
+    return StdioServerParameters(
+        command=bin_path, args=["mcp", "--config", config, "--nvim", nvim], env=env, cwd=state
+    )
+
+
+def emit(**facts):
+    print(json.dumps(facts), flush=True)
+
+
+def text_of(result):
+    assert len(result.content) == 1, result
+    return result.content[0].text
+
+
+async def basics(bin_path, state):
+    params = server(bin_path, state)
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w, client_info=types.Implementation(name="test-agent", version="1")) as s:
+            init = await s.initialize()
+            assert init.server_info.name == "agent-bash", init
+            assert init.capabilities.tools is not None and init.capabilities.resources is not None
+
+            tools = (await s.list_tools()).tools
+            assert [t.name for t in tools] == ["bash"], tools
+            bash = tools[0]
+            jsonschema.Draft202012Validator.check_schema(bash.input_schema)
+            jsonschema.Draft202012Validator.check_schema(bash.output_schema)
+            assert bash.input_schema["required"] == ["command"]
+            for k in ["command", "timeout", "cwd", "head", "tail", "session_key"]:
+                assert bash.input_schema["properties"][k]["description"], k
+
+            # State is kept between calls (one persistent shell).
+            r1 = await s.call_tool("bash", {"command": "export GREETING=hello; cd /; greet() { echo \"$GREETING $1\"; }"})
+            assert not r1.is_error, r1
+            r2 = await s.call_tool("bash", {"command": "greet world"})
+            assert text_of(r2) == "hello world\n", r2
+            assert r2.structured_content["output"] == "hello world\n"
+            assert r2.structured_content["exit_code"] == 0 and r2.is_error is False
+            jsonschema.validate(r2.structured_content, bash.output_schema)
+
+            # A non-zero exit is an error result with the exact §7 wording.
+            r3 = await s.call_tool("bash", {"command": "echo out; exit 3"})
+            assert r3.is_error and text_of(r3) == "out\n\nCommand exited with code 3", r3
+            assert r3.structured_content["exit_code"] == 3
+
+            # Bad input and blocked commands: tool errors with the exact §3 / §2 texts.
+            r4 = await s.call_tool("bash", {"command": "pwd", "cwd": "/no/such/dir"})
+            assert r4.is_error and text_of(r4) == "Working directory does not exist: /no/such/dir", r4
+            r5 = await s.call_tool("bash", {"command": "pwd", "timeout": -1})
+            assert r5.is_error and text_of(r5).startswith("Invalid timeout: -1"), r5
+            r6 = await s.call_tool("bash", {"command": "cat notes.txt", "tools": ["read"]})
+            assert r6.is_error, r6
+            assert text_of(r6) == (
+                "Blocked: Use the `read` tool instead of cat/head/tail. It provides better context "
+                "and handles binary files.\n\nOriginal command: cat notes.txt"
+            ), r6
+            assert r6.structured_content["blocked"]["suggested_tool"] == "read"
+            r7 = await s.call_tool("bash", {})
+            assert r7.is_error and "command" in text_of(r7), r7
+
+            # head/tail as arguments.
+            r8 = await s.call_tool("bash", {"command": "seq 1 10", "tail": 2})
+            assert text_of(r8) == "9\n10\n", r8
+
+            # Long output: truncated text with the notice; the artifact is a resource.
+            r9 = await s.call_tool("bash", {"command": "seq 1 100000"})
+            t9 = text_of(r9)
+            aid = r9.structured_content["artifact_id"]
+            assert r9.structured_content["truncated"] and t9.endswith(f"Full: artifact://{aid}]"), t9[-200:]
+            listed = [str(x.uri) for x in (await s.list_resources()).resources]
+            assert f"artifact://{aid}" in listed and "agent-bash://context" in listed, listed
+            templates = [t.uri_template for t in (await s.list_resource_templates()).resource_templates]
+            assert templates == ["artifact://{id}"], templates
+            full = (await s.read_resource(f"artifact://{aid}")).contents[0].text
+            want = subprocess.run(["seq", "1", "100000"], capture_output=True, text=True).stdout
+            assert full == want, (len(full), len(want))
+            try:
+                await s.read_resource("artifact://999")
+                raise AssertionError("artifact://999 was readable")
+            except Exception as e:  # an MCP error with the exact §4.3 text
+                assert f"Artifact 999 not found. Available: {aid}" in str(e), e
+    emit(artifact=aid)
+    print("ok basics", flush=True)
+
+
+async def progress(bin_path, state):
+    params = server(bin_path, state)
+    seen = []
+
+    async def on_progress(value, total, message):
+        seen.append((time.monotonic(), value, message))
+
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            started = time.monotonic()
+            res = await s.call_tool(
+                "bash",
+                {"command": "for i in 1 2 3 4 5 6 7 8; do echo step$i; sleep 0.25; done"},
+                progress_callback=on_progress,
+            )
+            took = time.monotonic() - started
+    assert text_of(res) == "".join(f"step{i}\n" for i in range(1, 9)), res
+    assert len(seen) >= 3, seen
+    values = [v for _, v, _ in seen]
+    assert values == sorted(values) and len(set(values)) == len(values), values
+    assert all(m and "step" in m and "lines" in m for _, _, m in seen), seen
+    # At most 4 per second: consecutive notifications at least ~250 ms apart.
+    gaps = [b[0] - a[0] for a, b in zip(seen, seen[1:])]
+    assert all(g >= 0.2 for g in gaps), gaps
+    assert len(seen) <= took * 4 + 1, (len(seen), took)
+    emit(notifications=len(seen), messages=[m for _, _, m in seen])
+    print("ok progress", flush=True)
+
+
+def procs_with_env(needle):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle.encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+async def cancel(bin_path, state):
+    params = server(bin_path, state)
+    mark = f"AGENT_BASH_MCP_MARK={os.getpid()}-{time.time_ns()}"
+    command = (
+        f"env {mark} setsid sleep 300 & "
+        f"env {mark} sh -c \"trap '' TERM; sleep 300; :\" & "
+        "sleep 0.2; echo started; wait"
+    )
+    got_started = anyio.Event()
+    outcome = {}
+
+    async def on_progress(value, total, message):
+        if message and "started" in message:
+            got_started.set()
+
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            async with anyio.create_task_group() as tg:
+
+                async def call():
+                    outcome["result"] = await s.call_tool("bash", {"command": command}, progress_callback=on_progress)
+
+                tg.start_soon(call)
+                with anyio.fail_after(20):
+                    await got_started.wait()
+                # setsid's sleep, the TERM-ignoring sh and its sleep.
+                assert len(procs_with_env(mark)) >= 2, procs_with_env(mark)
+                # Abandoning the call makes the SDK send notifications/cancelled.
+                tg.cancel_scope.cancel()
+            assert "result" not in outcome, outcome
+            deadline = time.monotonic() + 10
+            while procs_with_env(mark) and time.monotonic() < deadline:
+                await anyio.sleep(0.02)
+            left = procs_with_env(mark)
+            assert not left, f"processes left after cancel: {left}"
+            # The server keeps serving.
+            again = await s.call_tool("bash", {"command": "echo still here"})
+            assert text_of(again) == "still here\n", again
+    print("ok cancel", flush=True)
+
+
+async def call(bin_path, state, command, nvim_addr):
+    """One call with the editor mirror on; prints the result as JSON."""
+    # "auto": no $NVIM, the server discovers the editor through the registry.
+    extra = {} if nvim_addr == "auto" else {"NVIM": nvim_addr}
+    params = server(bin_path, state, extra_env=extra, nvim="auto")
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w, client_info=types.Implementation(name="test-agent", version="1")) as s:
+            await s.initialize()
+            print("initialized", flush=True)
+            res = await s.call_tool("bash", {"command": command})
+    emit(text=text_of(res), is_error=res.is_error, result=res.structured_content)
+    print("ok call", flush=True)
+
+
+def main():
+    scenario, bin_path, state, *rest = sys.argv[1:]
+    fn = {"basics": basics, "progress": progress, "cancel": cancel, "call": call}[scenario]
+    anyio.run(fn, bin_path, state, *rest)
+
+
+if __name__ == "__main__":
+    main()
