@@ -14,6 +14,7 @@ local log = require('agent_bash.log')
 ---@field pid? integer
 ---@field session_dir? string
 ---@field session_id? string
+---@field warmed? boolean the prewarmed bang shell is ready
 
 --- Starts the backend unless it runs. Returns the channel, or nil and an error message.
 ---@return integer? chan
@@ -185,10 +186,33 @@ function M.denil(v)
   return v
 end
 
---- Called by the backend (nvim_exec_lua) for every event: update, done, error.
+--- Cold start (option `prewarm`): starts the backend and asks it to start the bang shell (and
+--- take the rc snapshot) in the background, so the first `:AgentBash` finds both ready.
+--- `info().warmed` becomes true when the shell is ready.
+function M.prewarm()
+  if not require('agent_bash.config').options.prewarm or H.warm_sent then
+    return
+  end
+  if not M.bin() then
+    return -- nothing to start; the first command reports it
+  end
+  H.warm_sent = true
+  local ok, err = M.notify('warm', {})
+  if not ok then
+    log.warn('prewarm: %s', tostring(err))
+  end
+end
+
+--- Called by the backend (nvim_exec_lua) for every event: update, done, error, waiting, and
+--- `warmed` (the prewarmed shell is ready).
 --- Handled on the next tick so errors here never travel back to the backend.
 ---@param ev table
 function M._on_event(ev)
+  if type(ev) == 'table' and ev.type == 'warmed' then
+    H.info.warmed = true
+    log.info('backend warmed up in %s ms', tostring(ev.ms))
+    return
+  end
   vim.schedule(function()
     local ok, err = pcall(require('agent_bash.runs').on_event, ev)
     if not ok then
@@ -204,6 +228,7 @@ H.session_id = nil ---@type string?
 H.info = {} ---@type agent_bash.BackendInfo
 H.stopping = {} ---@type table<integer, boolean>
 H.warned_version = false
+H.warm_sent = false
 H.leaving = false
 
 function H.start()

@@ -17,6 +17,7 @@ local log = require('agent_bash.log')
 ---@field pty? boolean a terminal was asked for (`:AgentBashTerm`)
 ---@field enter? boolean focus the card when one opens
 ---@field finished boolean
+---@field efm_win? integer window the command was typed in (its 'errorformat' reads the errors)
 
 ---@class agent_bash.RunSpec
 ---@field origin agent_bash.Origin
@@ -59,12 +60,13 @@ function M.start(spec)
       lines = {},
       hl = {},
       total_lines = 0,
+      started_at = vim.uv.now(),
     },
+    efm_win = vim.api.nvim_get_current_win(),
   }
   H.runs[run.id] = run
-  if spec.origin == 'bang' then
-    H.bang = run
-  end
+  H.ticker()
+  require('agent_bash.guard').update(vim.tbl_count(H.runs))
   if spec.card ~= false and not spec.pty then
     run.card = require('agent_bash.float').open(run, { enter = spec.enter })
   end
@@ -111,10 +113,42 @@ function M.get(id)
   return H.runs[id]
 end
 
---- The running bang command, if any.
+--- The newest running bang command, if any.
 ---@return agent_bash.Run?
 function M.bang()
-  return H.bang
+  local best
+  for id, run in pairs(H.runs) do
+    if run.state.origin == 'bang' and (not best or id > best.id) then
+      best = run
+    end
+  end
+  return best
+end
+
+--- Unfinished runs, oldest first.
+---@return agent_bash.Run[]
+function M.running()
+  local list = vim.tbl_values(H.runs)
+  table.sort(list, function(a, b)
+    return a.id < b.id
+  end)
+  return list
+end
+
+--- Finished runs kept for `:AgentBashQuickfix` (the newest few), by id.
+---@param id? integer nil: the newest finished run
+---@return agent_bash.Run?
+function M.finished(id)
+  if id then
+    return H.done[id]
+  end
+  local best
+  for i, run in pairs(H.done) do
+    if not best or i > best.id then
+      best = run
+    end
+  end
+  return best
 end
 
 --- The newest unfinished run, if any.
@@ -154,6 +188,16 @@ function M.on_event(ev)
     H.finish(run, result)
     if s.origin == 'bang' then
       require('agent_bash.context')._on_bang_done(run)
+    end
+  elseif ev.type == 'waiting' then
+    -- A PTY run's program waits for input (the backend watched its terminal read).
+    local waiting = ev.waiting and true or false
+    if s.waiting_input ~= waiting then
+      s.waiting_input = waiting
+      H.refresh(run)
+      if waiting then
+        H.on_waiting(run)
+      end
     end
   elseif ev.type == 'error' then
     -- The backend's own words (SPEC §3 texts such as `Working directory does not exist: …`)
@@ -210,21 +254,28 @@ end
 -- Helpers -----------------------------------------------------------------------------------
 
 H.runs = {} ---@type table<integer, agent_bash.Run>
+H.done = {} ---@type table<integer, agent_bash.Run>
 H.next_id = 0
-H.bang = nil ---@type agent_bash.Run?
+H.KEEP_DONE = 20
 
 function H.finish(run, result)
+  local hidden = not H.shown(run)
   run.finished = true
+  run.state.waiting_input = nil
   H.runs[run.id] = nil
-  if H.bang == run then
-    H.bang = nil
-  end
+  H.done[run.id] = run
+  H.done[run.id - H.KEEP_DONE] = nil
+  require('agent_bash.guard').update(vim.tbl_count(H.runs))
   H.ensure_view(run)
   H.refresh(run)
   if run.term then
     require('agent_bash.terminal').finish(run.term)
   end
   H.call(run, 'on_done', result)
+  if hidden and run.state.origin == 'bang' then
+    H.notify_end(run)
+  end
+  require('agent_bash.quickfix').on_done(run)
   local ms = require('agent_bash.config').options.card.auto_close
   if ms and run.card and run.state.origin == 'tool' then
     vim.defer_fn(function()
@@ -248,6 +299,66 @@ function H.ensure_view(run)
   if run.pty and not run.term and not run.card then
     run.card = require('agent_bash.float').open(run, { enter = run.enter })
   end
+end
+
+--- Whether the run's card or terminal float is on screen.
+function H.shown(run)
+  if require('agent_bash.float').visible(run.card) then
+    return true
+  end
+  return run.term ~= nil and run.term.win ~= nil and vim.api.nvim_win_is_valid(run.term.win)
+end
+
+--- A bang command ended while nothing showed it: say so.
+function H.notify_end(run)
+  local s = run.state
+  local words = require('agent_bash.card').status_words(s)
+  local level = s.status == 'done' and vim.log.levels.INFO or vim.log.levels.WARN
+  vim.notify(('agent-bash: $ %s · %s'):format(s.command:match('^[^\n]*'), table.concat(words, ' · ')), level)
+end
+
+--- A run's program waits for input: mark it, and for a tool call (nobody is watching it type)
+--- say so, with the way to take over.
+function H.on_waiting(run)
+  if run.term then
+    require('agent_bash.terminal').refresh(run.term)
+  end
+  if run.state.origin == 'tool' then
+    vim.notify(
+      ('agent-bash: $ %s is waiting for input; :AgentBashFocus to answer it in its terminal'):format(
+        run.state.command:match('^[^\n]*')
+      ),
+      vim.log.levels.WARN
+    )
+  end
+end
+
+--- One timer for every running card: titles tick once a second while something runs.
+function H.ticker()
+  if H.timer then
+    return
+  end
+  H.timer = assert(vim.uv.new_timer())
+  H.timer:start(
+    1000,
+    1000,
+    vim.schedule_wrap(function()
+      if next(H.runs) == nil then
+        if H.timer then
+          H.timer:stop()
+          H.timer:close()
+          H.timer = nil
+        end
+        return
+      end
+      require('agent_bash.float').tick()
+      for _, run in pairs(H.runs) do
+        if run.term then
+          require('agent_bash.terminal').refresh(run.term)
+        end
+      end
+    end)
+  )
 end
 
 --- Calls a caller's callback; its errors are reported, never raised into event handling.
