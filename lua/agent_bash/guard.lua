@@ -1,25 +1,42 @@
 -- Quitting while commands run asks first (SPEC §8.4), as `:terminal` jobs do: while any run is
--- unfinished, a hidden buffer named after them is 'modified', so `:qa`, `:q` in the last window
--- and `ZZ` stop with "E162: No write since last change for buffer "agent-bash: 1 command
--- running (:qa! stops it)"" (`:confirm qa` asks); `:qa!` quits and the backend kills the
--- commands. Writing the buffer (`:wqa`) is refused the same way.
+-- unfinished, a hidden buffer `agent-bash://running` is 'modified', so `:qa`, `:q` in the last
+-- window and `ZZ` stop with "E162: No write since last change for buffer
+-- "agent-bash://running"" (`:confirm qa` asks) and show that buffer, which lists the running
+-- commands and what to do. `:qa!` quits and the backend stops the commands. Writing it (`:wqa`)
+-- is refused the same way.
 
 local M = {}
 local H = {}
 
---- Sets the guard for `count` unfinished runs (0 lifts it).
----@param count integer
-function M.update(count)
-  if count == 0 then
-    if H.buf and vim.api.nvim_buf_is_valid(H.buf) then
-      vim.bo[H.buf].modified = false
-    end
+M.NAME = 'agent-bash://running'
+
+--- Sets the guard for the unfinished runs (none lifts it).
+---@param runs agent_bash.Run[]
+function M.update(runs)
+  if #runs == 0 and not (H.buf and vim.api.nvim_buf_is_valid(H.buf)) then
     return
   end
   local buf = H.ensure()
-  local name = ('agent-bash: %d command%s running (:qa! stops %s)'):format(count, count == 1 and '' or 's', count == 1 and 'it' or 'them')
-  pcall(vim.api.nvim_buf_set_name, buf, name)
-  vim.bo[buf].modified = true
+  local lines
+  if #runs == 0 then
+    lines = { 'agent-bash: no command is running; :qa quits.' }
+  else
+    lines = {
+      ('agent-bash: %d command%s running. :qa! quits and stops %s; :AgentBashCancel cancels the newest bang command.'):format(
+        #runs,
+        #runs == 1 and '' or 's',
+        #runs == 1 and 'it' or 'them'
+      ),
+      '',
+    }
+    for _, run in ipairs(runs) do
+      lines[#lines + 1] = ('%s  $ %s'):format(run.state.origin, run.state.command:match('^[^\n]*'))
+    end
+  end
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].modified = #runs > 0
 end
 
 --- Whether the guard holds (some run is unfinished).
@@ -35,10 +52,12 @@ function H.ensure()
     return H.buf
   end
   local buf = vim.api.nvim_create_buf(false, true)
-  -- 'acwrite': a buffer Neovim checks for changes on quit (a 'nofile' one it does not)
+  -- 'acwrite': a buffer Neovim checks for changes on quit (a 'nofile' one it does not). Named
+  -- once: renaming would leave the old name behind as an alternate buffer.
   vim.bo[buf].buftype = 'acwrite'
   vim.bo[buf].bufhidden = 'hide'
   vim.bo[buf].swapfile = false
+  pcall(vim.api.nvim_buf_set_name, buf, M.NAME)
   vim.api.nvim_create_autocmd('BufWriteCmd', {
     buffer = buf,
     desc = 'agent-bash: commands are running; nothing to write',

@@ -76,12 +76,9 @@ function M.on_done(run)
   end
   local ok, count = pcall(M.fill, run.id, { auto = true })
   if ok and count and count > 0 then
-    vim.notify(
-      ('agent-bash: %d error%s of `%s` in the quickfix list (:copen)'):format(
-        count,
-        count == 1 and '' or 's',
-        run.state.command:match('^[^\n]*')
-      ),
+    require('agent_bash.log').say(
+      ('agent-bash: %d error%s in quickfix (:copen): %%s'):format(count, count == 1 and '' or 's'),
+      '$ ' .. run.state.command,
       vim.log.levels.INFO
     )
   elseif not ok then

@@ -66,7 +66,7 @@ function M.start(spec)
   }
   H.runs[run.id] = run
   H.ticker()
-  require('agent_bash.guard').update(vim.tbl_count(H.runs))
+  require('agent_bash.guard').update(M.running())
   if spec.card ~= false and not spec.pty then
     run.card = require('agent_bash.float').open(run, { enter = spec.enter })
   end
@@ -265,7 +265,7 @@ function H.finish(run, result)
   H.runs[run.id] = nil
   H.done[run.id] = run
   H.done[run.id - H.KEEP_DONE] = nil
-  require('agent_bash.guard').update(vim.tbl_count(H.runs))
+  require('agent_bash.guard').update(M.running())
   H.ensure_view(run)
   H.refresh(run)
   if run.term then
@@ -314,7 +314,7 @@ function H.notify_end(run)
   local s = run.state
   local words = require('agent_bash.card').status_words(s)
   local level = s.status == 'done' and vim.log.levels.INFO or vim.log.levels.WARN
-  vim.notify(('agent-bash: $ %s · %s'):format(s.command:match('^[^\n]*'), table.concat(words, ' · ')), level)
+  log.say('agent-bash: %s · ' .. table.concat(words, ' · '), '$ ' .. s.command, level)
 end
 
 --- A run's program waits for input: mark it, and for a tool call (nobody is watching it type)
@@ -324,12 +324,7 @@ function H.on_waiting(run)
     require('agent_bash.terminal').refresh(run.term)
   end
   if run.state.origin == 'tool' then
-    vim.notify(
-      ('agent-bash: $ %s is waiting for input; :AgentBashFocus to answer it in its terminal'):format(
-        run.state.command:match('^[^\n]*')
-      ),
-      vim.log.levels.WARN
-    )
+    log.say('agent-bash: waiting for input: %s (:AgentBashFocus)', '$ ' .. run.state.command, vim.log.levels.WARN)
   end
 end
 
