@@ -1,10 +1,7 @@
 //! ToolCall → BashResult: the pipeline in one readable function ([`Runtime::run`]).
 
-pub mod procs;
 mod pty_path;
 pub mod settings;
-pub mod shell;
-pub mod snapshot;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -26,19 +23,13 @@ use crate::sink::{Sink, SinkConfig, Throttle, LIVE_UPDATE_INTERVAL};
 use crate::validate;
 use crate::{Error, Result};
 
+use crate::shell::local::{self as shell, Ending, Shell, ShellConfig};
+pub use crate::shell::Origin;
+use crate::shell::{procs, snapshot};
 pub use settings::Settings;
-use shell::{Ending, Shell, ShellConfig};
 
 /// How often idle shell sessions are looked for.
 const EVICT_EVERY: Duration = Duration::from_secs(30);
-
-/// Who asked for the command: an agent (full tool path) or the user (SPEC §8.2 bang semantics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Origin {
-    #[default]
-    Tool,
-    Bang,
-}
 
 /// One command to run.
 #[derive(Debug, Clone, Default)]
@@ -211,15 +202,12 @@ impl Runtime {
         hooks: pty::PtyHooks,
     ) -> Result<BashResult> {
         let started = Instant::now();
+        let use_pty = self.wants_pty(&req);
         // §1 normalize and §2 intercept: tool calls only; the user's own commands run verbatim.
-        let norm = match req.origin {
-            Origin::Tool => normalize::normalize(&req.command, req.head, req.tail),
-            Origin::Bang => Normalized {
-                command: req.command.trim().to_string(),
-                head: req.head,
-                tail: req.tail,
-                rewrites: Vec::new(),
-            },
+        let norm = match (req.origin, use_pty) {
+            (Origin::Tool, false) => normalize::normalize(&req.command, req.head, req.tail),
+            (Origin::Tool, true) => normalize::normalize_pty(&req.command, req.head, req.tail),
+            (Origin::Bang, _) => Normalized::verbatim(&req.command, req.head, req.tail),
         };
         if req.origin == Origin::Tool {
             if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
@@ -236,7 +224,7 @@ impl Runtime {
             return Err(Error::InvalidInput("command is empty".into()));
         }
         // §6 PTY or pipes.
-        if self.wants_pty(&req) {
+        if use_pty {
             let job = pty_path::PtyJob { norm: &norm, cwd: &cwd, timeout, started };
             return Ok(self.pty_path(job, cancel, on_update, hooks).await);
         }
@@ -288,11 +276,11 @@ impl Runtime {
         let mut feed = Feed::new(self, &norm, req.display, on_update);
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
         let end = match slot.shell.as_mut() {
-            Some(shell) => shell.run(&norm.command, &cwd, &mut feed, deadline, &cancel).await,
+            Some(shell) => shell.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await,
             None => {
                 shell::run_oneshot(
                     &self.shell_cfg,
-                    &norm.command,
+                    &norm.runnable(),
                     &cwd,
                     &mut feed,
                     deadline,
@@ -358,7 +346,7 @@ impl Runtime {
         )
     }
 
-    /// An idle bang shell session: [`BANG_KEY`] when it is free (so `cd` and `export` carry over
+    /// An idle bang shell session: [`BANG_KEY`] when it is free (so `export`s and functions carry over
     /// from one command to the next), else `bang.2`, `bang.3`, … — the first idle one, a new one
     /// when every one is busy. While [`Runtime::warm`] starts the first shell, it is waited for.
     async fn bang_slot(&self) -> tokio::sync::OwnedMutexGuard<Slot> {
@@ -486,6 +474,8 @@ pub(crate) struct Feed {
     on_update: Option<UpdateFn>,
     /// Output arrived since the last update.
     dirty: bool,
+    /// When the head part of a head-only run became complete (SPEC §1 early close).
+    head_complete_at: Option<Instant>,
 }
 
 impl Feed {
@@ -502,6 +492,7 @@ impl Feed {
             head: norm.head,
             tail: norm.tail,
             artifact_cap: limits.artifact_cap_bytes,
+            close_after_head: norm.close_after_head,
         };
         Feed {
             sink: Sink::new(config, Some(rt.store.clone())),
@@ -512,6 +503,7 @@ impl Feed {
             throttle: Throttle::new(LIVE_UPDATE_INTERVAL),
             on_update,
             dirty: false,
+            head_complete_at: None,
         }
     }
 
@@ -528,6 +520,9 @@ impl Feed {
         }
         // Hands the buffer to the artifact writer instead of copying it (leaves it empty).
         self.sink.push_owned(&mut self.text);
+        if self.head_complete_at.is_none() && self.sink.head_complete() {
+            self.head_complete_at = Some(Instant::now());
+        }
     }
 
     /// A live update if the throttle allows one, else remembers that one is due. `screen` is
@@ -588,6 +583,10 @@ impl shell::OutputSink for Feed {
 
     fn idle(&mut self) {
         Feed::idle(self, None);
+    }
+
+    fn close_at(&self) -> Option<Instant> {
+        self.head_complete_at.map(|t| t + crate::sink::HEAD_CLOSE_AFTER)
     }
 }
 

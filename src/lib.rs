@@ -29,6 +29,7 @@ pub mod pty;
 pub mod result;
 pub mod sanitize;
 pub mod session;
+pub mod shell;
 pub mod shellwords;
 pub mod sink;
 pub mod validate;

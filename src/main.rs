@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use agent_bash::exec::procs;
 use agent_bash::mode;
+use agent_bash::shell::procs;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -2,7 +2,7 @@
 //!
 //! # What runs
 //! The same shell, rc snapshot, prefix and environment as the pipe sessions of
-//! [`crate::exec::shell`], plus `TERM=xterm-256color` (and without `COLUMNS`/`LINES`, which would
+//! [`crate::shell::local`], plus `TERM=xterm-256color` (and without `COLUMNS`/`LINES`, which would
 //! override the terminal's real size in many programs). Each run is a fresh process:
 //!
 //! ```text
@@ -65,9 +65,8 @@ use portable_pty::{CommandBuilder, PtySize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::procs;
-use crate::exec::shell::{self, quote, ShellConfig, ShellKind};
-use crate::exec::Origin;
+use crate::shell::local::{self as shell, quote, ShellConfig, ShellKind};
+use crate::shell::{procs, Origin};
 use screen::Screen;
 
 /// Smallest and largest terminal sizes (SPEC §6), applied on start and on resize.
@@ -438,7 +437,7 @@ pub async fn run(
                     set_waiting(reads, &mut waiting);
                 }
             }
-            _ = tokio::time::sleep(crate::exec::shell::IDLE_TICK), if running => {
+            _ = tokio::time::sleep(crate::shell::local::IDLE_TICK), if running => {
                 out.idle(&|| lock(&screen).live_text());
             }
             st = &mut exit_rx, if exit.is_none() => {

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use crate::exec::{procs, Runtime, Settings};
+use crate::exec::{Runtime, Settings};
+use crate::shell::procs;
 
 /// The state root: the `state_dir` setting, else the platform state dir.
 pub fn state_root(settings: &Settings) -> PathBuf {

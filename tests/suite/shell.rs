@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use agent_bash::exec::procs;
-use agent_bash::exec::shell::{Ending, Shell, ShellConfig};
+use agent_bash::shell::local::{Ending, Shell, ShellConfig};
+use agent_bash::shell::procs;
 use tokio_util::sync::CancellationToken;
 
 pub fn config(dir: &Path) -> ShellConfig {
@@ -14,7 +14,7 @@ pub fn config(dir: &Path) -> ShellConfig {
         prefix: vec![],
         snapshot: None,
         runtime_dir: dir.to_path_buf(),
-        owner: format!("test-{}", agent_bash::exec::shell::nonce()),
+        owner: format!("test-{}", agent_bash::shell::local::nonce()),
     }
 }
 

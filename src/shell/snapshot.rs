@@ -13,8 +13,8 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use super::local::{nonce, quote, ShellKind};
 use super::procs;
-use super::shell::{nonce, quote, ShellKind};
 
 /// The rc gets this long to finish (SPEC §5).
 pub const CAPTURE_LIMIT: Duration = Duration::from_secs(10);
