@@ -583,9 +583,12 @@ fn editor_nvim(home: &Path, setup: &str) -> (Child, PathBuf) {
     (child, sock)
 }
 
-type Probe = nvim_rs::Neovim<nvim_rs::compat::tokio::Compat<tokio::io::WriteHalf<tokio::net::UnixStream>>>;
+type Probe =
+    nvim_rs::Neovim<nvim_rs::compat::tokio::Compat<tokio::io::WriteHalf<tokio::net::UnixStream>>>;
 
-async fn connect(sock: &Path) -> (Probe, tokio::task::JoinHandle<Result<(), Box<nvim_rs::error::LoopError>>>) {
+async fn connect(
+    sock: &Path,
+) -> (Probe, tokio::task::JoinHandle<Result<(), Box<nvim_rs::error::LoopError>>>) {
     use nvim_rs::create::tokio::new_path;
     use nvim_rs::rpc::handler::Dummy;
     for _ in 0..500 {

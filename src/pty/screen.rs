@@ -98,7 +98,9 @@ fn blank_tail_start(text: &str) -> usize {
         } else if pos > 0 && bytes[pos - 1] == b'm' {
             // `ESC [ <digits ; :> m`
             let mut i = pos - 1;
-            while i > 0 && (bytes[i - 1].is_ascii_digit() || bytes[i - 1] == b';' || bytes[i - 1] == b':') {
+            while i > 0
+                && (bytes[i - 1].is_ascii_digit() || bytes[i - 1] == b';' || bytes[i - 1] == b':')
+            {
                 i -= 1;
             }
             if i >= 2 && bytes[i - 1] == b'[' && bytes[i - 2] == 0x1b {
@@ -677,7 +679,10 @@ mod tests {
         assert_eq!(lines[18], "last");
         // A space at the wrap point of a long line is text.
         let wrapped = format!("{} {}\r\n", "a".repeat(19), "b".repeat(5));
-        assert_eq!(render(wrapped.as_bytes(), small()), format!("{} {}\n", "a".repeat(19), "b".repeat(5)));
+        assert_eq!(
+            render(wrapped.as_bytes(), small()),
+            format!("{} {}\n", "a".repeat(19), "b".repeat(5))
+        );
         // Colours after trimmed spaces survive for the next row.
         let mut s = Screen::new(small());
         let mut raw = String::new();

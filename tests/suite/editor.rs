@@ -135,7 +135,10 @@ async fn editor_bang_expands_like_bang_and_reruns() {
     ed.cmd(&format!("edit {}", file.display().to_string().replace(' ', "\\ "))).await;
     ed.cmd("AgentBash wc -l < '%'").await;
     let card = ed.card_done().await;
-    assert_eq!(card.lines.first().map(String::as_str), Some(format!("$ wc -l < '{}'", file.display()).as_str()));
+    assert_eq!(
+        card.lines.first().map(String::as_str),
+        Some(format!("$ wc -l < '{}'", file.display()).as_str())
+    );
     assert!(card.lines.iter().any(|l| l == "3"), "{card:?}");
     ed.cmd("AgentBash echo '%:t' <cword>").await;
     let card = ed.card_done().await;
@@ -189,7 +192,10 @@ async fn editor_quit_asks_while_commands_run() {
         .await;
     let shown: Vec<&str> = shown.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(shown[0].ends_with("agent-bash://running"), "{shown:?}");
-    assert!(shown[1].starts_with("agent-bash: 1 command running. :qa! quits and stops it"), "{shown:?}");
+    assert!(
+        shown[1].starts_with("agent-bash: 1 command running. :qa! quits and stops it"),
+        "{shown:?}"
+    );
     assert_eq!(shown[2], "bang  $ sleep 30");
     // Still alive and working.
     assert_eq!(ed.lua("return 1 + 1").await.as_i64(), Some(2));
@@ -222,17 +228,13 @@ async fn editor_hidden_lines_note_stands_above_and_counts_what_tab_shows() {
     let first_output = card.lines.iter().position(|l| l == "199981").unwrap();
     assert!(note < first_output, "the note stands above the tail: {card:?}");
     assert!(card.lines.iter().take(note).any(|l| l.contains("earlier lines in artifact://0")));
-    let hidden: usize = card.lines[note]
-        .trim_start_matches("… ")
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let hidden: usize =
+        card.lines[note].trim_start_matches("… ").split(' ').next().unwrap().parse().unwrap();
     let shown = card.lines.iter().filter(|l| l.chars().all(|c| c.is_ascii_digit())).count();
     ed.lua("local cs = require('agent_bash.float').cards(); require('agent_bash.float').toggle(cs[#cs])").await;
     let expanded = ed.card().await;
-    let shown_after = expanded.lines.iter().filter(|l| l.chars().all(|c| c.is_ascii_digit())).count();
+    let shown_after =
+        expanded.lines.iter().filter(|l| l.chars().all(|c| c.is_ascii_digit())).count();
     assert_eq!(shown_after - shown, hidden, "<Tab> shows exactly the counted lines");
 }
 
@@ -309,11 +311,14 @@ async fn editor_errors_land_in_quickfix() {
     ed.lua("vim.fn.setqflist({}, 'r')").await;
     ed.tool_call("cc", "{command = 'cc -c bad.c -o /dev/null'}").await;
     ed.tool_result("cc", "exit_code").await;
-    ed.wait_lua("#vim.tbl_filter(function(e) return e.valid == 1 end, vim.fn.getqflist()) > 0").await;
+    ed.wait_lua("#vim.tbl_filter(function(e) return e.valid == 1 end, vim.fn.getqflist()) > 0")
+        .await;
     ed.lua("vim.fn.setqflist({}, 'r')").await;
     let id = ed.lua("return require('agent_bash.runs').finished().id").await.as_i64().unwrap();
     ed.cmd(&format!("AgentBashQuickfix {id}")).await;
-    let n = ed.lua("return #vim.tbl_filter(function(e) return e.valid == 1 end, vim.fn.getqflist())").await;
+    let n = ed
+        .lua("return #vim.tbl_filter(function(e) return e.valid == 1 end, vim.fn.getqflist())")
+        .await;
     assert!(n.as_i64().unwrap() >= 1);
     let _ = ed.nvim.command("AgentBashQuickfix 999").await;
     assert!(ed.messages().await.contains("no finished run 999"));
@@ -329,7 +334,8 @@ async fn editor_cargo_errors_land_in_quickfix_through_the_compiler_mapping() {
         "[package]\nname = \"broken\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
     )
     .unwrap();
-    std::fs::write(dir.path().join("src/main.rs"), "fn main() {\n    let x: u32 = nope;\n}\n").unwrap();
+    std::fs::write(dir.path().join("src/main.rs"), "fn main() {\n    let x: u32 = nope;\n}\n")
+        .unwrap();
     ed.cmd(&format!("cd {}", dir.path().display())).await;
     ed.cmd("AgentBash cargo build --offline --color never").await;
     let end = Instant::now() + Duration::from_secs(120);
@@ -376,7 +382,10 @@ async fn editor_waiting_for_input_is_marked_and_answered() {
     ed.cmd("AgentBashFocus").await;
     ed.wait_lua("vim.api.nvim_get_mode().mode == 't'").await;
     ed.nvim.input("s3cret<CR>").await.unwrap();
-    assert_eq!(ed.tool_result("ask", "output").await.as_str().map(|s| s.contains("got s3cret")), Some(true));
+    assert_eq!(
+        ed.tool_result("ask", "output").await.as_str().map(|s| s.contains("got s3cret")),
+        Some(true)
+    );
 }
 
 #[tokio::test]
@@ -412,7 +421,12 @@ impl Tui {
         cmd.arg("-c");
         cmd.arg(format!("lua require('agent_bash').setup({{bin = {:?}}})", super::support::BIN));
         cmd.env("TERM", "xterm-256color");
-        for (k, d) in [("XDG_STATE_HOME", "state"), ("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache")] {
+        for (k, d) in [
+            ("XDG_STATE_HOME", "state"),
+            ("XDG_DATA_HOME", "data"),
+            ("XDG_CONFIG_HOME", "config"),
+            ("XDG_CACHE_HOME", "cache"),
+        ] {
             cmd.env(k, home.path().join(d));
         }
         cmd.cwd(home.path());
@@ -486,11 +500,15 @@ async fn editor_screen_card_layout_in_a_real_terminal() {
     // stands above the tail it shows.
     let title = rows.iter().position(|r| r.contains("╭ ✓ $ seq 1 100 · done · ")).unwrap();
     let note = rows.iter().position(|r| r.contains("… 80 more lines (<Tab> to expand)")).unwrap();
-    let first = rows.iter().position(|r| r.trim_end().ends_with("│81") || r.contains("│81 ")).unwrap();
+    let first =
+        rows.iter().position(|r| r.trim_end().ends_with("│81") || r.contains("│81 ")).unwrap();
     let last = rows.iter().position(|r| r.contains("│100 ")).unwrap();
     assert!(title < note && note < first && first < last, "{text}");
     assert!(rows[last + 1].contains("y yank · <C-s> split · q close ╯"), "{text}");
-    assert!(rows[last + 1].trim_end().ends_with('╯') && rows[last + 1].chars().count() >= 99, "{text}");
+    assert!(
+        rows[last + 1].trim_end().ends_with('╯') && rows[last + 1].chars().count() >= 99,
+        "{text}"
+    );
     // The cursor stayed in the buffer: typing goes there, not into the card.
     assert_eq!(tui.cursor(), home, "{text}");
     tui.type_keys("ihello<Esc>");

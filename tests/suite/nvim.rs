@@ -243,7 +243,10 @@ async fn nvim_second_bang_runs_beside_the_first_in_its_own_shell() {
     let second = ed.card_done().await;
     assert!(second.lines.iter().any(|l| l == "second:unset"), "{second:?}");
     assert_eq!(ed.lua("return #require('agent_bash.float').cards()").await.as_i64(), Some(2));
-    assert_eq!(ed.lua("return require('agent_bash.float').cards()[1].run.state.status").await.as_str(), Some("running"));
+    assert_eq!(
+        ed.lua("return require('agent_bash.float').cards()[1].run.state.status").await.as_str(),
+        Some("running")
+    );
     // One after the other, commands share a shell: an `export` carries over.
     ed.cmd("AgentBash export AB_SEQ=kept").await;
     ed.card_done().await;
@@ -253,7 +256,8 @@ async fn nvim_second_bang_runs_beside_the_first_in_its_own_shell() {
     // Nothing took the cursor.
     assert_eq!(ed.lua("return vim.api.nvim_get_current_win()").await, home);
     // In the card it entered, <Esc> cancels the running command...
-    ed.lua("local c = require('agent_bash.float').cards()[1]; vim.api.nvim_set_current_win(c.win)").await;
+    ed.lua("local c = require('agent_bash.float').cards()[1]; vim.api.nvim_set_current_win(c.win)")
+        .await;
     ed.nvim.input("<Esc>").await.unwrap();
     ed.wait_lua("require('agent_bash.float').cards()[1].run.finished").await;
     let cancelled = ed.lua("return require('agent_bash.float').cards()[1].run.state.status").await;
@@ -304,7 +308,9 @@ async fn nvim_tool_call_timeout_truncation_and_toggle() {
     let out = ed.tool_result("big", "output").await;
     let out = out.as_str().unwrap();
     assert!(
-        out.ends_with("[Showing lines 98001-100000 of 100000 (2000 lines limit). Full: artifact://0]"),
+        out.ends_with(
+            "[Showing lines 98001-100000 of 100000 (2000 lines limit). Full: artifact://0]"
+        ),
         "{}",
         &out[out.len() - 100..]
     );
