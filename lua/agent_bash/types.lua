@@ -93,6 +93,8 @@
 ---@field error? string why the run failed to start / died
 ---@field full_lines? string[] the artifact's text, once loaded
 ---@field cancel_requested? boolean
+---@field started_at? integer vim.uv.now() when the run started (the title's elapsed time)
+---@field waiting_input? boolean a PTY run's program waits for input (SPEC §8.4)
 
 ---@class agent_bash.CardOpts
 ---@field width integer text width of the window
