@@ -13,12 +13,21 @@ end
 local command = vim.api.nvim_create_user_command
 
 command('AgentBash', function(o)
-  api().run(o.args, { exclude = o.bang })
-end, { nargs = '+', bang = true, complete = 'shellcmd', desc = 'agent-bash: run a shell command (! excludes it from the agent context)' })
+  api().command(o.args, { exclude = o.bang })
+end, {
+  nargs = '*',
+  bang = true,
+  complete = 'shellcmd',
+  desc = 'agent-bash: run a shell command (% expands as for :!; no argument: run the last one again; ! excludes it from the agent context)',
+})
 
 command('AgentBashTerm', function(o)
-  api().run(o.args, { exclude = o.bang, pty = true })
-end, { nargs = '+', bang = true, complete = 'shellcmd', desc = 'agent-bash: run a shell command in a terminal (PTY)' })
+  api().command(o.args, { exclude = o.bang, pty = true })
+end, { nargs = '*', bang = true, complete = 'shellcmd', desc = 'agent-bash: run a shell command in a terminal (PTY)' })
+
+command('AgentBashQuickfix', function(o)
+  require('agent_bash.quickfix').command(o.args)
+end, { nargs = '?', desc = "agent-bash: fill the quickfix list from a finished run's output (default: the newest)" })
 
 command('AgentBashHistory', function()
   require('agent_bash.history').pick()
@@ -59,6 +68,34 @@ plug('AgentBashClose', function()
   api().close_all()
 end, 'close every card')
 vim.keymap.set('n', '<Plug>(AgentBashPrompt)', ':AgentBash ', { desc = 'agent-bash: type a bash command' })
+
+local group = vim.api.nvim_create_augroup('agent_bash_plugin', { clear = true })
+
+-- Help tags: `:help agent_bash` works in a fresh checkout or plugin-manager install. Generated
+-- once, after start-up, into doc/ (or a cache directory on 'runtimepath' when doc/ is not
+-- writable); checking costs two stat calls.
+vim.schedule(function()
+  local root = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h:h')
+  local txt = vim.uv.fs_stat(root .. '/doc/agent_bash.txt')
+  local tags = vim.uv.fs_stat(root .. '/doc/tags')
+  if txt and (not tags or tags.mtime.sec < txt.mtime.sec) then
+    require('agent_bash.help').generate(root)
+  end
+end)
+
+-- Cold start: start the backend and the bang shell (its rc snapshot) once the UI is idle.
+local function prewarm()
+  vim.defer_fn(function()
+    require('agent_bash.backend').prewarm()
+  end, 100)
+end
+if vim.v.vim_did_enter == 1 then
+  if #vim.api.nvim_list_uis() > 0 then
+    prewarm()
+  end
+else
+  vim.api.nvim_create_autocmd('UIEnter', { group = group, once = true, desc = 'agent-bash: prewarm', callback = prewarm })
+end
 
 vim.api.nvim_create_autocmd('BufReadCmd', {
   group = vim.api.nvim_create_augroup('agent_bash_artifact', { clear = true }),

@@ -70,7 +70,7 @@ pub type UpdateFn = Arc<dyn Fn(LiveUpdate) + Send + Sync>;
 pub const DEFAULT_KEY: &str = "default";
 /// Session key of the user's own commands (SPEC §5: "bang commands use the editor session's
 /// key"): a long `:AgentBash npm run dev` never holds up the agent's shell, and the user's
-/// `export`s stay out of it.
+/// `export`s stay out of it. Commands that run side by side get `bang.2`, `bang.3`, … (§8.2).
 pub const BANG_KEY: &str = "bang";
 
 #[derive(Default)]
@@ -98,6 +98,8 @@ pub struct Runtime {
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
     /// An interactive UI shows our output (SPEC §6: a tool call may then get a PTY).
     ui_attached: AtomicBool,
+    /// [`Runtime::warm`] is starting the first bang shell.
+    warming: AtomicBool,
     /// The prefix puts shells where our FIFOs are not: every command runs in a process of its
     /// own ([`shell::run_oneshot`]).
     isolated: AtomicBool,
@@ -147,6 +149,7 @@ impl Runtime {
             ))),
             sessions: Mutex::new(HashMap::new()),
             ui_attached: AtomicBool::new(false),
+            warming: AtomicBool::new(false),
             isolated: AtomicBool::new(false),
             _runtime_dir: runtime_dir,
             settings,
@@ -240,16 +243,19 @@ impl Runtime {
         }
 
         // §5 a shell session for the key; waiting for a busy one does not count as run time.
-        let key = req.session_key.clone().unwrap_or_else(|| {
-            let key = if req.origin == Origin::Bang { BANG_KEY } else { DEFAULT_KEY };
-            key.to_string()
-        });
-        let slot = self.slot(&key);
+        // The user's own commands never wait (§8.2): each takes an idle bang shell, a new one
+        // when all are busy.
         let wait_started = Instant::now();
-        let mut slot = tokio::select! {
-            s = slot.lock_owned() => s,
-            _ = cancel.cancelled() => {
-                return Ok(self.shape_unrun(Outcome::Cancelled, started));
+        let mut slot = match (&req.session_key, req.origin) {
+            (None, Origin::Bang) => self.bang_slot().await,
+            (key, _) => {
+                let slot = self.slot(key.as_deref().unwrap_or(DEFAULT_KEY));
+                tokio::select! {
+                    s = slot.lock_owned() => s,
+                    _ = cancel.cancelled() => {
+                        return Ok(self.shape_unrun(Outcome::Cancelled, started));
+                    }
+                }
             }
         };
         let waited = wait_started.elapsed();
@@ -374,6 +380,52 @@ impl Runtime {
             started.elapsed(),
             self.settings.limits.max_bytes as u64,
         )
+    }
+
+    /// An idle bang shell session: [`BANG_KEY`] when it is free (so `export`s and functions carry over
+    /// from one command to the next), else `bang.2`, `bang.3`, … — the first idle one, a new one
+    /// when every one is busy. While [`Runtime::warm`] starts the first shell, it is waited for.
+    async fn bang_slot(&self) -> tokio::sync::OwnedMutexGuard<Slot> {
+        if self.warming.load(Ordering::Acquire) {
+            return self.slot(BANG_KEY).lock_owned().await;
+        }
+        let mut n = 1usize;
+        loop {
+            let key = if n == 1 { BANG_KEY.to_string() } else { format!("{BANG_KEY}.{n}") };
+            if let Ok(guard) = self.slot(&key).try_lock_owned() {
+                return guard;
+            }
+            n += 1;
+        }
+    }
+
+    /// Starts the first bang shell (taking the rc snapshot) ahead of the first command, so it
+    /// does not wait for them (SPEC §8.4, cold start). Does nothing when that shell exists or
+    /// is busy. Returns whether a shell is ready.
+    pub async fn warm(&self) -> bool {
+        // Set before the lock is taken, so a command arriving meanwhile waits for this shell
+        // rather than starting a second one.
+        self.warming.store(true, Ordering::Release);
+        let Ok(mut slot) = self.slot(BANG_KEY).try_lock_owned() else {
+            self.warming.store(false, Ordering::Release);
+            return false;
+        };
+        if slot.shell.is_none() && !self.isolated.load(Ordering::Relaxed) {
+            match self.spawn_shell(Origin::Bang).await {
+                Ok(sh) => {
+                    slot.shell = Some(sh);
+                    slot.editor_env = true;
+                    slot.last_used = Some(Instant::now());
+                }
+                Err(e) if shell::is_isolated(&e) => self.isolated.store(true, Ordering::Relaxed),
+                Err(e) => tracing::warn!("warming the bang shell: {e}"),
+            }
+        } else if slot.shell.is_none() {
+            // One process per command: the snapshot is what can be done ahead.
+            let _ = self.snapshot().await;
+        }
+        self.warming.store(false, Ordering::Release);
+        slot.shell.is_some()
     }
 
     fn slot(&self, key: &str) -> Arc<tokio::sync::Mutex<Slot>> {

@@ -54,6 +54,7 @@
 
 pub mod keys;
 pub mod screen;
+pub mod waiting;
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -131,6 +132,10 @@ pub enum PtyControl {
 /// view). Called on the reader thread: keep it quick.
 pub type OutputFn = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
+/// Told when the program starts (`true`) or stops (`false`) waiting for input: blocked reading
+/// the terminal after [`waiting::QUIET`] without output (SPEC §8.4). Called on the async side.
+pub type WaitingFn = Arc<dyn Fn(bool) + Send + Sync>;
+
 /// The terminal view's side of a PTY run. Everything is optional: the default is a headless run
 /// of [`DEFAULT_SIZE`].
 #[derive(Default)]
@@ -141,6 +146,8 @@ pub struct PtyHooks {
     pub on_output: Option<OutputFn>,
     /// Input, resizes and kill requests. Messages sent after the command ended are ignored.
     pub control: Option<mpsc::UnboundedReceiver<PtyControl>>,
+    /// Waiting-for-input subscriber; without one the terminal is not watched.
+    pub on_waiting: Option<WaitingFn>,
 }
 
 impl std::fmt::Debug for PtyHooks {
@@ -149,6 +156,7 @@ impl std::fmt::Debug for PtyHooks {
             .field("size", &self.size)
             .field("on_output", &self.on_output.is_some())
             .field("control", &self.control.is_some())
+            .field("on_waiting", &self.on_waiting.is_some())
             .finish()
     }
 }
@@ -396,6 +404,19 @@ pub async fn run(
     let mut kill_task: Option<tokio::task::JoinHandle<()>> = None;
     let mut give_up: Option<Instant> = None;
     let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    // Waiting for input (SPEC §8.4): looked at while the terminal is quiet.
+    let on_waiting = hooks.on_waiting;
+    let mut last_output = Instant::now();
+    let mut waiting = false;
+    let mut next_check = Instant::now() + waiting::QUIET;
+    let set_waiting = |now: bool, waiting: &mut bool| {
+        if *waiting != now {
+            *waiting = now;
+            if let Some(f) = &on_waiting {
+                f(now);
+            }
+        }
+    };
     let start_kill = |grace: Duration| {
         let group = group.clone();
         tokio::task::spawn_blocking(move || group.kill_blocking(grace))
@@ -425,9 +446,21 @@ pub async fn run(
                 Some(c) => {
                     out.text(&c.text);
                     out.tick(&|| lock(&screen).live_text());
+                    last_output = Instant::now();
+                    set_waiting(false, &mut waiting);
                 }
                 None => eof = true,
             },
+            _ = tokio::time::sleep_until(next_check.into()), if running && on_waiting.is_some() => {
+                next_check = Instant::now() + waiting::CHECK_EVERY;
+                if last_output.elapsed() >= waiting::QUIET {
+                    let pgrp = master.process_group_leader().unwrap_or(-1);
+                    let reads = tokio::task::spawn_blocking(move || waiting::group_reads_terminal(pgrp))
+                        .await
+                        .unwrap_or(false);
+                    set_waiting(reads, &mut waiting);
+                }
+            }
             _ = tokio::time::sleep(crate::shell::local::IDLE_TICK), if running => {
                 out.idle(&|| lock(&screen).live_text());
             }
@@ -437,6 +470,9 @@ pub async fn run(
             }
             msg = recv_control(&mut control), if running => match msg {
                 Some(PtyControl::Input(bytes)) => {
+                    // Typing answers the question; a new one is seen after the next quiet second.
+                    last_output = Instant::now();
+                    set_waiting(false, &mut waiting);
                     let mut norm = Vec::with_capacity(bytes.len());
                     keys::normalize(&bytes, app_cursor.load(Ordering::Relaxed), &mut norm);
                     if !norm.is_empty() {

@@ -14,6 +14,7 @@ local log = require('agent_bash.log')
 ---@field pid? integer
 ---@field session_dir? string
 ---@field session_id? string
+---@field warmed? boolean the prewarmed bang shell is ready
 
 --- Starts the backend unless it runs. Returns the channel, or nil and an error message.
 ---@return integer? chan
@@ -190,9 +191,26 @@ function M.denil(v)
   return v
 end
 
---- Called by the backend (nvim_exec_lua) for every event: update, done, error, and
---- protocol_error (a notification it refused, shown to the user).
---- Handled on the next tick so errors here never travel back to the backend.
+--- Cold start (option `prewarm`): starts the backend and asks it to start the bang shell (and
+--- take the rc snapshot) in the background, so the first `:AgentBash` finds both ready.
+--- `info().warmed` becomes true when the shell is ready.
+function M.prewarm()
+  if not require('agent_bash.config').options.prewarm or H.warm_sent then
+    return
+  end
+  if not M.bin() then
+    return -- nothing to start; the first command reports it
+  end
+  H.warm_sent = true
+  local ok, err = M.notify('warm', {})
+  if not ok then
+    log.warn('prewarm: %s', tostring(err))
+  end
+end
+
+--- Called by the backend (nvim_exec_lua) for every event: update, done, error, waiting,
+--- `warmed` (the prewarmed shell is ready) and protocol_error (a notification it refused, shown
+--- to the user). Handled on the next tick so errors here never travel back to the backend.
 ---@param ev table
 function M._on_event(ev)
   if type(ev) == 'table' and ev.type == 'protocol_error' then
@@ -201,6 +219,11 @@ function M._on_event(ev)
       log.error('backend refused a message: %s', tostring(ev.message))
       vim.notify('agent-bash: ' .. tostring(ev.message), vim.log.levels.ERROR)
     end)
+    return
+  end
+  if type(ev) == 'table' and ev.type == 'warmed' then
+    H.info.warmed = true
+    log.info('backend warmed up in %s ms', tostring(ev.ms))
     return
   end
   vim.schedule(function()
@@ -218,6 +241,7 @@ H.session_id = nil ---@type string?
 H.info = {} ---@type agent_bash.BackendInfo
 H.stopping = {} ---@type table<integer, boolean>
 H.warned_version = false
+H.warm_sent = false
 H.leaving = false
 
 function H.start()

@@ -212,32 +212,26 @@ end
 --- width, the status (exit N, cancelled, timed out) and the duration; the footer lists the keys
 --- that work now (terminal mode while running, normal mode once done).
 ---@param state agent_bash.CardState
----@param opts {width: integer, keys?: agent_bash.Keys, kill_key?: string|false, icons?: table<agent_bash.Status, string>}
+---@param opts {width: integer, keys?: agent_bash.Keys, term_kill_key?: string|false, icons?: table<agent_bash.Status, string>}
 ---@return [string, string][] title
 ---@return [string, string][] footer
 function M.term_chrome(state, opts)
   local options = require('agent_bash.config').options
   local keys = opts.keys or options.keys
-  local kill_key = opts.kill_key == nil and options.kill_key or opts.kill_key
   local icons = opts.icons or options.icons
-  local suffix = H.status_words(state, {})
-  local icon = ' ' .. (icons[state.status] or '?') .. ' '
-  local tail = #suffix > 0 and (' · ' .. table.concat(suffix, ' · ')) or ''
-  local room = math.max(8, opts.width - vim.fn.strwidth(icon) - vim.fn.strwidth(tail) - 3)
-  local cmd = '$ ' .. (state.command:match('^[^\n]*') or '')
-  if vim.fn.strwidth(cmd) > room or state.command:find('\n') then
-    cmd = vim.fn.strcharpart(cmd, 0, room - 1) .. '…'
-  end
-  local title = {
-    { icon, H.status_group[state.status] or 'AgentBashTitle' },
-    { cmd .. tail .. ' ', 'AgentBashTitle' },
-  }
+  local term_kill = opts.term_kill_key == nil and options.term_kill_key or opts.term_kill_key
+  local title = H.title_chunks(state, opts.width, icons, function(g)
+    return g
+  end)
   local parts = {}
   if state.status == 'running' then
+    if state.waiting_input then
+      parts[#parts + 1] = 'waiting for input: :AgentBashFocus to answer'
+    end
     if state.cancel_requested then
       parts[#parts + 1] = 'cancelling…'
-    elseif kill_key then
-      parts[#parts + 1] = kill_key .. ' kill'
+    elseif term_kill then
+      parts[#parts + 1] = term_kill .. ' kill'
     end
     parts[#parts + 1] = '<C-\\><C-n> normal mode'
   else
@@ -424,20 +418,30 @@ function H.bang_body(ctx)
   else
     first = math.max(1, #lines - ctx.bang_lines + 1)
   end
+  -- The note stands where the hidden lines are (above the tail) and counts only what <Tab>
+  -- shows; lines only the artifact holds are named apart, with the key that loads them.
+  if not ctx.expanded and s.status ~= 'running' then
+    local id = r and r.artifact_id
+    if unseen > 0 and id then
+      H.add(ctx, ('… %d earlier lines in artifact://%d (%s: full output)'):format(unseen, id, ctx.keys.full_output), 'AgentBashMore')
+    end
+    if first > 1 then
+      ctx.expandable = true
+      H.add(ctx, ('… %d more lines (%s to expand)'):format(first - 1, ctx.keys.toggle), 'AgentBashMore')
+    end
+  end
   for i = first, #lines do
     H.add_source(ctx, lines, spans, i)
   end
-  local hidden = (first - 1) + unseen
   if s.status == 'running' then
     local cancel = s.cancel_requested and 'Cancelling…'
       or ctx.kill_key and ('Running… (%s to cancel)'):format(ctx.kill_key)
       or 'Running… (:AgentBashCancel to cancel)'
+    if s.waiting_input and not s.cancel_requested then
+      cancel = 'Waiting for input (:AgentBashFocus to answer)'
+    end
     H.add(ctx, cancel, 'AgentBashRunning')
     return
-  end
-  if hidden > 0 and not ctx.expanded then
-    ctx.expandable = true
-    H.add(ctx, ('… %d more lines (%s to expand)'):format(hidden, ctx.keys.toggle), 'AgentBashMore')
   end
   if s.error then
     H.add(ctx, 'Bash command failed: ' .. s.error, 'AgentBashError')
@@ -488,14 +492,21 @@ H.status_group = {
   failed = 'AgentBashError',
 }
 
---- Appends the words a title shows for the run's status (`exit N`, `cancelled`, `timed out`,
---- `failed`) and its duration to {words}.
+--- Appends the words a title shows for the run's status (`running`, `waiting for input`,
+--- `done`, `exit N`, `cancelled`, `timed out`, `failed`) and its elapsed time (ticking while it
+--- runs, the duration once done) to {words}.
 ---@param state agent_bash.CardState
 ---@param words string[]
+---@param now? integer vim.uv.now() for the elapsed time of a running command
 ---@return string[]
-function H.status_words(state, words)
+function M.status_words(state, words, now)
+  words = words or {}
   local r = state.result
-  if state.status == 'error' then
+  if state.status == 'running' then
+    words[#words + 1] = state.waiting_input and 'waiting for input' or 'running'
+  elseif state.status == 'done' then
+    words[#words + 1] = 'done'
+  elseif state.status == 'error' then
     words[#words + 1] = r and r.exit_code ~= nil and ('exit %d'):format(r.exit_code) or 'missing exit status'
   elseif state.status == 'cancelled' then
     words[#words + 1] = 'cancelled'
@@ -506,21 +517,65 @@ function H.status_words(state, words)
   end
   if r and r.duration_ms then
     words[#words + 1] = M.format_duration(r.duration_ms)
+  elseif state.status == 'running' and state.started_at then
+    words[#words + 1] = M.format_elapsed((now or vim.uv.now()) - state.started_at)
   end
   return words
 end
 
-function H.title(ctx)
-  local s = ctx.state
-  local name = s.origin == 'bang' and (s.exclude and 'AgentBash! (not in context)' or 'AgentBash') or 'bash'
-  if s.client then
-    name = ('bash (%s)'):format(s.client) -- a call an MCP client made (the editor mirror)
+--- Elapsed time of a running command, in whole seconds: `0s`, `42s`, `2m05s`.
+---@param ms integer
+---@return string
+function M.format_elapsed(ms)
+  local secs = math.max(0, math.floor(ms / 1000))
+  if secs < 60 then
+    return ('%ds'):format(secs)
   end
-  local parts = H.status_words(s, { name })
+  return ('%dm%02ds'):format(math.floor(secs / 60), secs % 60)
+end
+
+--- Title chunks: status icon, then `$ <command> · <status> · <elapsed>` with the command cut to
+--- fit `width`.
+---@param state agent_bash.CardState
+---@param width integer
+---@param icons table<agent_bash.Status, string>
+---@param group fun(g: string): string
+function H.title_chunks(state, width, icons, group)
+  local words = M.status_words(state, {})
+  if state.client then
+    table.insert(words, 1, ('bash (%s)'):format(state.client)) -- a call an MCP client made (the editor mirror)
+  end
+  if state.exclude then
+    words[#words + 1] = 'not in context'
+  end
+  local icon = ' ' .. (icons[state.status] or '?') .. ' '
+  local tail = #words > 0 and (' · ' .. table.concat(words, ' · ')) or ''
+  local room = math.max(8, width - vim.fn.strwidth(icon) - vim.fn.strwidth(tail) - 3)
+  local cmd = '$ ' .. (state.command:match('^[^\n]*') or '')
+  if vim.fn.strwidth(cmd) > room or state.command:find('\n') then
+    cmd = vim.fn.strcharpart(cmd, 0, room - 1) .. '…'
+  end
   return {
-    { ' ' .. (ctx.icons[s.status] or '?') .. ' ', H.group(ctx, H.status_group[s.status] or 'AgentBashTitle') },
-    { table.concat(parts, ' · ') .. ' ', H.group(ctx, 'AgentBashTitle') },
+    { icon, group(H.status_group[state.status] or 'AgentBashTitle') },
+    { cmd .. tail .. ' ', group('AgentBashTitle') },
   }
+end
+
+--- The title chunks of a card for `state` at `width` (what `render` puts in `title`).
+---@param state agent_bash.CardState
+---@param width integer
+---@return [string, string][]
+function M.title(state, width)
+  local icons = require('agent_bash.config').options.icons
+  return H.title_chunks(state, width, icons, function(g)
+    return state.exclude and 'AgentBashDim' or g
+  end)
+end
+
+function H.title(ctx)
+  return H.title_chunks(ctx.state, ctx.width, ctx.icons, function(g)
+    return H.group(ctx, g)
+  end)
 end
 
 function H.footer(ctx)
@@ -542,6 +597,10 @@ function H.footer(ctx)
   end
   if H.can_load_full(s) then
     parts[#parts + 1] = ctx.keys.full_output .. ' full output'
+  end
+  if s.status ~= 'running' then
+    parts[#parts + 1] = ctx.keys.yank .. ' yank'
+    parts[#parts + 1] = ctx.keys.split .. ' split'
   end
   parts[#parts + 1] = ctx.keys.close .. ' close'
   return { { ' ' .. table.concat(parts, ' · ') .. ' ', 'AgentBashFooter' } }

@@ -8,6 +8,8 @@ local H = {}
 ---@field close string closes a card
 ---@field toggle string collapses/expands a card
 ---@field full_output string loads the full artifact into a truncated card
+---@field yank string yanks a card's output
+---@field split string opens a card's output in a split
 
 ---@class agent_bash.CardConfig
 ---@field max_width integer widest card, in columns (the editor width wins when smaller)
@@ -16,11 +18,19 @@ local H = {}
 ---@field bang_lines integer logical lines a running/collapsed bang card shows
 ---@field show_tool_cards boolean open a card for each tool call
 ---@field auto_close integer|false close finished tool-call cards after this many ms
+---@field enter boolean move the cursor into a bang command's card when it opens
+
+---@class agent_bash.QuickfixConfig
+---@field auto boolean fill the quickfix list when a run exits non-zero with recognized errors
+---@field compilers table<string, string|false> program name → `:compiler` whose 'errorformat' reads its output
 
 ---@class agent_bash.Config
 ---@field bin? string backend binary
 ---@field settings_file? string backend settings (TOML), passed as `--config`
----@field kill_key string|false key that cancels the running command in a card or terminal
+---@field kill_key string|false key that cancels the running command in a focused card
+---@field term_kill_key string|false key that force-kills the program of a terminal float
+---@field quickfix agent_bash.QuickfixConfig
+---@field prewarm boolean start the backend and the shell when the UI is idle after start-up
 ---@field keys agent_bash.Keys
 ---@field card agent_bash.CardConfig
 ---@field border? string|string[] float border; nil follows 'winborder'
@@ -33,14 +43,19 @@ M.defaults = {
   bin = nil,
   -- Backend settings file (TOML), passed as `agent-bash nvim --config <file>`. nil: none.
   settings_file = nil,
-  -- Key that cancels the running command inside a card, and force-kills it in a terminal.
-  -- false: no kill key (a terminal then forwards <Esc> to the program).
+  -- Key that cancels the running command inside a focused card (and closes a finished one).
+  -- false: none (`:AgentBashCancel` still cancels).
   kill_key = '<Esc>',
+  -- Key that force-kills the program of a terminal float. Every other key, <Esc> included,
+  -- goes to the program; the default is a chord no common terminal program uses. false: none.
+  term_kill_key = '<C-\\><C-k>',
   -- Buffer-local keys inside cards.
   keys = {
     close = 'q', -- close the card (the command keeps running)
     toggle = '<Tab>', -- collapse / expand
     full_output = 'o', -- load artifact://<id> into a truncated card
+    yank = 'y', -- yank the card's output (the full output when truncated) into v:register
+    split = '<C-s>', -- open the card's output in a split
   },
   card = {
     max_width = 100, -- widest card, in columns (capped by the editor width)
@@ -49,7 +64,33 @@ M.defaults = {
     bang_lines = 20, -- logical lines a bang card shows while running / collapsed (SPEC §8.2)
     show_tool_cards = true, -- false: tool calls draw nothing (agent plugins render on_update)
     auto_close = false, -- ms after which a finished tool-call card closes; false: stays
+    enter = false, -- true: a bang command's card takes the cursor when it opens
   },
+  -- Errors → quickfix (`:AgentBashQuickfix`).
+  quickfix = {
+    -- Fill the quickfix list when a run exits non-zero and its output has recognized errors.
+    auto = true,
+    -- Program (first word of the command) → `:compiler` whose 'errorformat' reads its output.
+    -- Other programs use the 'errorformat' of the window the command was typed in (so the
+    -- user's own `:compiler` applies). false removes an entry.
+    compilers = {
+      cargo = 'cargo',
+      rustc = 'rustc',
+      gcc = 'gcc',
+      ['g++'] = 'gcc',
+      cc = 'gcc',
+      clang = 'gcc',
+      ['clang++'] = 'gcc',
+      make = 'gcc',
+      tsc = 'tsc',
+      eslint = 'eslint',
+      pytest = 'pytest',
+      go = 'go',
+    },
+  },
+  -- Start the backend and the bang shell (its rc snapshot) once the UI is idle after start-up,
+  -- so the first command does not wait for them.
+  prewarm = true,
   -- Float border. nil: follow 'winborder' when set, else 'rounded'. Any nvim_open_win() border.
   border = nil,
   -- Status icons in card titles (plain characters: one cell each).
@@ -122,11 +163,13 @@ function H.check(opts, o)
   local v = M.validate
   v('bin', o.bin, 'string', true)
   v('settings_file', o.settings_file, 'string', true)
-  v('kill_key', o.kill_key, function(x)
-    return x == false or (type(x) == 'string' and x ~= '')
-  end, false, 'a key (string) or false')
+  for _, name in ipairs({ 'kill_key', 'term_kill_key' }) do
+    v(name, o[name], function(x)
+      return x == false or (type(x) == 'string' and x ~= '')
+    end, false, 'a key (string) or false')
+  end
   v('keys', o.keys, 'table')
-  for _, k in ipairs({ 'close', 'toggle', 'full_output' }) do
+  for _, k in ipairs({ 'close', 'toggle', 'full_output', 'yank', 'split' }) do
     v('keys.' .. k, o.keys[k], function(x)
       return type(x) == 'string' and x ~= ''
     end, false, 'a key (non-empty string)')
@@ -139,6 +182,16 @@ function H.check(opts, o)
   v('card.auto_close', o.card.auto_close, function(x)
     return x == false or (type(x) == 'number' and x >= 0)
   end, false, 'milliseconds (number >= 0) or false')
+  v('card.enter', o.card.enter, 'boolean')
+  v('quickfix', o.quickfix, 'table')
+  v('quickfix.auto', o.quickfix.auto, 'boolean')
+  v('quickfix.compilers', o.quickfix.compilers, 'table')
+  for prog, name in pairs(o.quickfix.compilers) do
+    v('quickfix.compilers.' .. tostring(prog), name, function(x)
+      return x == false or (type(x) == 'string' and x:match('^[%w_.-]+$') ~= nil)
+    end, false, 'a compiler name or false')
+  end
+  v('prewarm', o.prewarm, 'boolean')
   v('border', o.border, { 'string', 'table' }, true)
   v('icons', o.icons, 'table')
   for k in pairs(M.defaults.icons) do
@@ -156,7 +209,8 @@ function H.unknown(opts, defaults, prefix)
     if not known then
       error(('unknown option %q'):format(prefix .. tostring(k)), 0)
     end
-    if type(val) == 'table' and type(defaults[k]) == 'table' and not vim.islist(val) then
+    -- quickfix.compilers takes any program name
+    if type(val) == 'table' and type(defaults[k]) == 'table' and not vim.islist(val) and prefix .. k ~= 'quickfix.compilers' then
       H.unknown(val, defaults[k], prefix .. k .. '.')
     end
   end

@@ -122,6 +122,100 @@ function M.load_full(card)
   M.refresh(card)
 end
 
+--- The card's whole output as lines: the artifact when the card holds only part of it (read
+--- from disk through the backend), else the lines in hand. Nil and a message on failure.
+---@param run agent_bash.Run
+---@return string[]? lines
+---@return string? err
+function M.output_lines(run)
+  local s = run.state
+  if s.full_lines then
+    return s.full_lines
+  end
+  local r = s.result
+  local partial = (s.total_lines or 0) > #(s.lines or {}) or (r and r.truncated)
+  if partial and r and r.artifact_id then
+    local ok, text = require('agent_bash.artifact').fetch(r.artifact_id)
+    if not ok then
+      return nil, text
+    end
+    return require('agent_bash.artifact').split(text)
+  end
+  return vim.list_slice(s.lines or {})
+end
+
+--- Yanks a card's output (linewise) into `register` (default: the unnamed one).
+---@param card agent_bash.Card
+---@param register? string
+function M.yank(card, register)
+  local lines, err = M.output_lines(card.run)
+  if not lines then
+    vim.notify('agent-bash: ' .. tostring(err), vim.log.levels.ERROR)
+    return
+  end
+  register = (register == nil or register == '') and '"' or register
+  vim.fn.setreg(register, lines, 'l')
+  vim.notify(('agent-bash: yanked %d lines'):format(#lines), vim.log.levels.INFO)
+end
+
+--- Opens a card's output in a split of the window the card came from: `artifact://<id>` when
+--- the output spilled, else a scratch buffer. The cursor goes there (`gF`, `:cbuffer` work).
+---@param card agent_bash.Card
+function M.split(card)
+  local run = card.run
+  local win = card.prev_win
+  if not (win and vim.api.nvim_win_is_valid(win)) or vim.api.nvim_win_get_config(win).relative ~= '' then
+    win = H.normal_window()
+  end
+  if win then
+    vim.api.nvim_set_current_win(win)
+  end
+  local r = run.state.result
+  if r and r.artifact_id and not run.state.full_lines then
+    vim.cmd('split ' .. vim.fn.fnameescape('artifact://' .. r.artifact_id))
+    return
+  end
+  local lines, err = M.output_lines(run)
+  if not lines then
+    vim.notify('agent-bash: ' .. tostring(err), vim.log.levels.ERROR)
+    return
+  end
+  vim.cmd('split')
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.bo[buf].bufhidden = 'wipe'
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modified = false
+  pcall(vim.api.nvim_buf_set_name, buf, ('agent-bash://%d'):format(run.id))
+  vim.api.nvim_win_set_buf(0, buf)
+end
+
+--- Whether a card is on screen.
+---@param card? agent_bash.Card
+---@return boolean
+function M.visible(card)
+  return card ~= nil and not card.closed and card.win ~= nil and vim.api.nvim_win_is_valid(card.win)
+end
+
+--- Redraws only the titles of running cards (their elapsed time): one window update per card.
+function M.tick()
+  for _, card in ipairs(H.cards) do
+    if not card.run.finished and card.win and vim.api.nvim_win_is_valid(card.win) then
+      if H.edges(H.border()).full then
+        local width = card.rendered and card.rendered.width or H.width()
+        local title = require('agent_bash.card').title(card.run.state, width)
+        vim.api.nvim_win_set_config(card.win, { title = title, title_pos = 'left' })
+        M.ticks = M.ticks + 1
+      else
+        M.refresh(card)
+        M.ticks = M.ticks + 1
+      end
+    end
+  end
+end
+
+--- Window updates made by `tick` (the bench counts them).
+M.ticks = 0
+
 --- Open cards, oldest first.
 ---@return agent_bash.Card[]
 function M.cards()
@@ -186,6 +280,15 @@ end
 -- Helpers -----------------------------------------------------------------------------------
 
 H.cards = {} ---@type agent_bash.Card[]
+
+--- A window that is not a float, preferring the current tab's previous window.
+function H.normal_window()
+  for _, w in ipairs({ vim.fn.win_getid(vim.fn.winnr('#')), unpack(vim.api.nvim_tabpage_list_wins(0)) }) do
+    if w ~= 0 and vim.api.nvim_win_is_valid(w) and vim.api.nvim_win_get_config(w).relative == '' then
+      return w
+    end
+  end
+end
 
 function H.remove(card)
   for i, c in ipairs(H.cards) do
@@ -327,14 +430,21 @@ function H.keymaps(card)
       vim.cmd.edit(vim.fn.fnameescape(url))
     end
   end, 'open a rescued line in its artifact')
+  map(options.keys.yank, function()
+    M.yank(card, vim.v.register)
+  end, "yank the card's output")
+  map(options.keys.split, function()
+    M.split(card)
+  end, "open the card's output in a split")
   if options.kill_key then
+    -- In the card it entered: a running command is cancelled, a finished card closes.
     map(options.kill_key, function()
       if card.run.finished then
-        vim.cmd('wincmd p')
+        M.close(card)
       else
         require('agent_bash.runs').cancel(card.run)
       end
-    end, 'cancel the running command')
+    end, 'cancel the running command, close a finished card')
   end
 end
 

@@ -23,6 +23,11 @@ function M.check()
   else
     health.error(tostring(err))
   end
+  if H.help_tagged() then
+    health.ok(':help agent_bash: tags found')
+  else
+    health.warn(':help agent_bash: no help tags yet', { ':lua require("agent_bash.help").generate(require("agent_bash.backend").root())' })
+  end
 
   health.start('agent-bash: backend')
   local bin, berr = backend.bin()
@@ -86,6 +91,18 @@ function H.mirror(health)
   end
 end
 
+--- A `doc/tags` on 'runtimepath' has the tag `agent_bash`.
+function H.help_tagged()
+  for _, file in ipairs(vim.api.nvim_get_runtime_file('doc/tags', true)) do
+    for _, line in ipairs(vim.fn.readfile(file)) do
+      if line:find('^agent_bash\t') then
+        return true
+      end
+    end
+  end
+  return false
+end
+
 function H.ping(health, backend)
   local chan, err = backend.ensure()
   if not chan then
@@ -110,6 +127,12 @@ function H.ping(health, backend)
       )
     end
     health.info('artifacts: ' .. tostring(info.session_dir))
+    local opts = require('agent_bash.config').options
+    if opts.prewarm then
+      health.info('prewarm: ' .. (info.warmed and 'the bang shell was ready before the first command' or 'not done yet (it runs once a UI attaches)'))
+    else
+      health.info('prewarm: off')
+    end
   else
     health.error('ping failed: ' .. tostring(res), { 'see the log file for the backend side' })
   end

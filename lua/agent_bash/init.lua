@@ -18,10 +18,12 @@ end
 ---@field pty? boolean run in a pseudo-terminal shown in a terminal float (`:AgentBashTerm`)
 
 --- Runs a bang command (the user's own) in the current directory and shows its card (or, with
---- `pty`, its terminal). Only one runs at a time: a second is refused with a warning.
+--- `pty`, its terminal). Runs side by side: a second command while one runs starts at once, in
+--- its own card and its own shell (SPEC §8.2). The card takes the cursor only with
+--- `card.enter = true`.
 ---@param cmd string
 ---@param opts? agent_bash.RunOpts
----@return integer? id the run's id, nil when refused
+---@return integer id the run's id
 function M.run(cmd, opts)
   local validate = require('agent_bash.config').validate
   validate('cmd', cmd, function(c)
@@ -29,23 +31,40 @@ function M.run(cmd, opts)
   end, false, 'a non-empty command')
   validate('opts', opts, 'table', true)
   opts = opts or {}
-  local runs = require('agent_bash.runs')
-  if runs.bang() then
-    vim.notify('A bash command is already running. Press Esc to cancel it first.', vim.log.levels.WARN)
-    return nil
-  end
-  local run = runs.start({
+  local run = require('agent_bash.runs').start({
     origin = 'bang',
     command = cmd,
     cwd = vim.fn.getcwd(),
     exclude = opts.exclude and true or false,
     pty = opts.pty and true or nil,
-    enter = true,
+    enter = require('agent_bash.config').options.card.enter,
   })
   return run.id
 end
 
---- Cancels the running bang command. Returns false (and says so) when none runs.
+--- `:AgentBash {cmd}` and `:AgentBashTerm {cmd}`: expands `%`, `#`, `<cword>`, `<cfile>` as `:!`
+--- does (see |agent_bash-expand|); with no {cmd}, runs the last command again (`:!!`).
+--- Errors (nothing to repeat, no file name for `%`) are reported, nothing runs.
+---@param args string the command line as typed
+---@param opts? agent_bash.RunOpts
+---@return integer? id
+function M.command(args, opts)
+  local cmdline = require('agent_bash.cmdline')
+  local cmd, err
+  if vim.trim(args) == '' then
+    cmd, err = cmdline.last()
+  else
+    cmd, err = cmdline.expand(args)
+  end
+  if not cmd then
+    vim.notify('agent-bash: ' .. err, vim.log.levels.ERROR)
+    return nil
+  end
+  cmdline.remember(cmd)
+  return M.run(cmd, opts)
+end
+
+--- Cancels the newest running bang command. Returns false (and says so) when none runs.
 ---@return boolean
 function M.cancel()
   local run = require('agent_bash.runs').bang()

@@ -57,4 +57,21 @@ function H.write(level, msg, ...)
   vim.uv.fs_close(fd)
 end
 
+--- Tells the user something that happened on its own (a run ended, waits for input): one
+--- message cut to the room the command line has ('v:echospace'), so it never stops the editor
+--- at a "Press ENTER" prompt. `command` is cut first.
+---@param fmt string message with one `%s` for the command
+---@param command string
+---@param level integer vim.log.levels.*
+function M.say(fmt, command, level)
+  local room = math.max(20, vim.v.echospace)
+  local fixed = vim.fn.strwidth(fmt:format(''))
+  local cmd = command:match('^[^\n]*') or ''
+  local left = math.max(8, room - fixed)
+  if vim.fn.strwidth(cmd) > left then
+    cmd = vim.fn.strcharpart(cmd, 0, left - 1) .. '…'
+  end
+  vim.notify(fmt:format(cmd), level)
+end
+
 return M

@@ -19,6 +19,7 @@ local log = require('agent_bash.log')
 ---@field finished boolean
 ---@field remote_cancel? fun() a run another process executes (the editor mirror): how to cancel it
 ---@field remote_chan? integer that process's channel
+---@field efm_win? integer window the command was typed in (its 'errorformat' reads the errors)
 
 ---@class agent_bash.RunSpec
 ---@field origin agent_bash.Origin
@@ -61,12 +62,13 @@ function M.start(spec)
       lines = {},
       hl = {},
       total_lines = 0,
+      started_at = vim.uv.now(),
     },
+    efm_win = vim.api.nvim_get_current_win(),
   }
   H.runs[run.id] = run
-  if spec.origin == 'bang' then
-    H.bang = run
-  end
+  H.ticker()
+  require('agent_bash.guard').update(M.running())
   if spec.card ~= false and not spec.pty then
     run.card = require('agent_bash.float').open(run, { enter = spec.enter })
   end
@@ -161,10 +163,42 @@ function M.get(id)
   return H.runs[id]
 end
 
---- The running bang command, if any.
+--- The newest running bang command, if any.
 ---@return agent_bash.Run?
 function M.bang()
-  return H.bang
+  local best
+  for id, run in pairs(H.runs) do
+    if run.state.origin == 'bang' and (not best or id > best.id) then
+      best = run
+    end
+  end
+  return best
+end
+
+--- Unfinished runs, oldest first.
+---@return agent_bash.Run[]
+function M.running()
+  local list = vim.tbl_values(H.runs)
+  table.sort(list, function(a, b)
+    return a.id < b.id
+  end)
+  return list
+end
+
+--- Finished runs kept for `:AgentBashQuickfix` (the newest few), by id.
+---@param id? integer nil: the newest finished run
+---@return agent_bash.Run?
+function M.finished(id)
+  if id then
+    return H.done[id]
+  end
+  local best
+  for i, run in pairs(H.done) do
+    if not best or i > best.id then
+      best = run
+    end
+  end
+  return best
 end
 
 --- The newest unfinished run, if any.
@@ -204,6 +238,16 @@ function M.on_event(ev)
     H.finish(run, result)
     if s.origin == 'bang' then
       require('agent_bash.context')._on_bang_done(run)
+    end
+  elseif ev.type == 'waiting' then
+    -- A PTY run's program waits for input (the backend watched its terminal read).
+    local waiting = ev.waiting and true or false
+    if s.waiting_input ~= waiting then
+      s.waiting_input = waiting
+      H.refresh(run)
+      if waiting then
+        H.on_waiting(run)
+      end
     end
   elseif ev.type == 'error' then
     -- The backend's own words (SPEC §3 texts such as `Working directory does not exist: …`)
@@ -262,21 +306,28 @@ end
 -- Helpers -----------------------------------------------------------------------------------
 
 H.runs = {} ---@type table<integer, agent_bash.Run>
+H.done = {} ---@type table<integer, agent_bash.Run>
 H.next_id = 0
-H.bang = nil ---@type agent_bash.Run?
+H.KEEP_DONE = 20
 
 function H.finish(run, result)
+  local hidden = not H.shown(run)
   run.finished = true
+  run.state.waiting_input = nil
   H.runs[run.id] = nil
-  if H.bang == run then
-    H.bang = nil
-  end
+  H.done[run.id] = run
+  H.done[run.id - H.KEEP_DONE] = nil
+  require('agent_bash.guard').update(M.running())
   H.ensure_view(run)
   H.refresh(run)
   if run.term then
     require('agent_bash.terminal').finish(run.term)
   end
   H.call(run, 'on_done', result)
+  if hidden and run.state.origin == 'bang' then
+    H.notify_end(run)
+  end
+  require('agent_bash.quickfix').on_done(run)
   local ms = require('agent_bash.config').options.card.auto_close
   if ms and run.card and run.state.origin == 'tool' then
     vim.defer_fn(function()
@@ -300,6 +351,61 @@ function H.ensure_view(run)
   if run.pty and not run.term and not run.card then
     run.card = require('agent_bash.float').open(run, { enter = run.enter })
   end
+end
+
+--- Whether the run's card or terminal float is on screen.
+function H.shown(run)
+  if require('agent_bash.float').visible(run.card) then
+    return true
+  end
+  return run.term ~= nil and run.term.win ~= nil and vim.api.nvim_win_is_valid(run.term.win)
+end
+
+--- A bang command ended while nothing showed it: say so.
+function H.notify_end(run)
+  local s = run.state
+  local words = require('agent_bash.card').status_words(s)
+  local level = s.status == 'done' and vim.log.levels.INFO or vim.log.levels.WARN
+  log.say('agent-bash: %s · ' .. table.concat(words, ' · '), '$ ' .. s.command, level)
+end
+
+--- A run's program waits for input: mark it, and for a tool call (nobody is watching it type)
+--- say so, with the way to take over.
+function H.on_waiting(run)
+  if run.term then
+    require('agent_bash.terminal').refresh(run.term)
+  end
+  if run.state.origin == 'tool' then
+    log.say('agent-bash: waiting for input: %s (:AgentBashFocus)', '$ ' .. run.state.command, vim.log.levels.WARN)
+  end
+end
+
+--- One timer for every running card: titles tick once a second while something runs.
+function H.ticker()
+  if H.timer then
+    return
+  end
+  H.timer = assert(vim.uv.new_timer())
+  H.timer:start(
+    1000,
+    1000,
+    vim.schedule_wrap(function()
+      if next(H.runs) == nil then
+        if H.timer then
+          H.timer:stop()
+          H.timer:close()
+          H.timer = nil
+        end
+        return
+      end
+      require('agent_bash.float').tick()
+      for _, run in pairs(H.runs) do
+        if run.term then
+          require('agent_bash.terminal').refresh(run.term)
+        end
+      end
+    end)
+  )
 end
 
 --- Calls a caller's callback; its errors are reported, never raised into event handling.

@@ -295,21 +295,29 @@ function H.keymaps(term)
   local map = function(mode, lhs, fn, desc, expr)
     vim.keymap.set(mode, lhs, fn, { buffer = term.buf, nowait = true, silent = true, expr = expr, desc = 'agent-bash: ' .. desc })
   end
-  if options.kill_key then
-    map('t', options.kill_key, function()
+  -- Every key but this chord, <Esc> included, goes to the program (vim, fzf, htop use <Esc>).
+  local chord = options.term_kill_key
+  if chord then
+    map('t', chord, function()
       if term.finished then
         return '<C-\\><C-n>'
       end
       H.kill(term)
       return ''
     end, 'kill the running command (normal mode once it ended)', true)
-    map('n', options.kill_key, function()
-      if term.finished then
-        vim.cmd('wincmd p')
-      else
+    map('n', chord, function()
+      if not term.finished then
         H.kill(term)
       end
     end, 'kill the running command')
+  end
+  if options.kill_key then
+    -- In normal mode <Esc> by habit never kills: it only closes a finished terminal.
+    map('n', options.kill_key, function()
+      if term.finished then
+        M.close(term)
+      end
+    end, 'close the finished terminal')
   end
   map('n', options.keys.toggle, function()
     M.to_card(term)

@@ -103,6 +103,8 @@
 ---@field full_lines? string[] the artifact's text, once loaded
 ---@field cancel_requested? boolean
 ---@field client? string the MCP client that made the call (mirrored calls, SPEC §11)
+---@field started_at? integer vim.uv.now() when the run started (the title's elapsed time)
+---@field waiting_input? boolean a PTY run's program waits for input (SPEC §8.4)
 
 ---@class agent_bash.CardOpts
 ---@field width integer text width of the window

@@ -13,6 +13,8 @@
 //!   no answer, so Lua gets a `protocol_error` event instead. The backend keeps serving.
 //! * notifications (long work; never block the dispatch loop): `run {id, origin, command, cwd,
 //!   timeout?, head?, tail?, tools?, session_key?, exclude_from_context, pty?, ui?}`,
+//!   `warm {}` (start the first bang shell and the rc snapshot now; answered by a `warmed`
+//!   event),
 //!   `cancel {id}` (a PTY run is force-killed), `pty_input {id, data}` (raw bytes typed in the
 //!   terminal, normalized in Rust), `pty_resize {id, cols, rows}`.
 //! * a PTY run (SPEC §6: `pty = true`, or a tool call with `virtual_terminal = "on"` and
@@ -22,7 +24,8 @@
 //! * events pushed back with `nvim_exec_lua` →
 //!   `require('agent_bash.backend')._on_event(ev)`: `update` (throttled by the runtime to at
 //!   most 20 per second per run, and coalesced: a slow editor gets the latest state, never a
-//!   queue), then exactly one `done` (result + every kept display line) or `error`;
+//!   queue), then exactly one `done` (result + every kept display line) or `error`; for a PTY
+//!   run also `waiting {id, waiting}` when its program starts or stops waiting for input;
 //!   `protocol_error {message}` for a notification that could not be acted on.
 //!
 //! When Neovim closes the channel, every run is cancelled, every shell killed, and the process
@@ -210,6 +213,21 @@ impl Handler for Backend {
             "run" => {
                 let this = self.clone();
                 tokio::spawn(async move { this.run(id, params, nvim).await });
+            }
+            "warm" => {
+                let (rt, nvim) = (self.rt.clone(), nvim.clone());
+                tokio::spawn(async move {
+                    let started = std::time::Instant::now();
+                    let ready = rt.warm().await;
+                    let ms = started.elapsed().as_millis() as u64;
+                    tracing::info!("warm: shell ready = {ready} after {ms} ms");
+                    let ev = map(vec![
+                        ("type", Value::from("warmed")),
+                        ("ready", Value::from(ready)),
+                        ("ms", Value::from(ms)),
+                    ]);
+                    send(&nvim, ev).await;
+                });
             }
             "cancel" => {
                 // A PTY run is force-killed (the kill key, SPEC §6); others are cancelled.
@@ -447,6 +465,17 @@ impl Backend {
         let on_output: OutputFn = Arc::new(move |bytes: &[u8]| {
             let _ = out_tx.blocking_send(bytes.to_vec());
         });
+        // Waiting for input (SPEC §8.4): marked on the card and title, a notice for tool calls.
+        let waiting_nvim = nvim.clone();
+        let on_waiting: crate::pty::WaitingFn = Arc::new(move |waiting: bool| {
+            let n = waiting_nvim.clone();
+            let ev = map(vec![
+                ("type", Value::from("waiting")),
+                ("id", Value::from(id)),
+                ("waiting", Value::from(waiting)),
+            ]);
+            tokio::spawn(async move { send(&n, ev).await });
+        });
         let pump_nvim = nvim.clone();
         let (finish_tx, mut finish_rx) = tokio::sync::oneshot::channel::<()>();
         let pump = tokio::spawn(async move {
@@ -479,7 +508,12 @@ impl Backend {
             }
         });
         Ok((
-            PtyHooks { size, on_output: Some(on_output), control: Some(ctl_rx) },
+            PtyHooks {
+                size,
+                on_output: Some(on_output),
+                control: Some(ctl_rx),
+                on_waiting: Some(on_waiting),
+            },
             Some((pump, finish_tx)),
         ))
     }

@@ -67,9 +67,64 @@ impl vt100::Callbacks for Capture {
         if alternate_screen && !self.take_alternate {
             return;
         }
+        let start = self.text.len();
         // Writing into a String cannot fail.
         let _ = row.write_formatted_basic(&mut self.text, &mut self.state);
+        // The newline written first ends the previous row: its padding is not text.
+        if self.text[start..].starts_with('\n') && ends_blank(&self.text[..start]) {
+            let rest = self.text.split_off(start);
+            trim_row_end(&mut self.text);
+            self.text.push_str(&rest);
+        }
     }
+}
+
+/// The text ends with a space, or with an SGR code that may follow spaces.
+fn ends_blank(text: &str) -> bool {
+    text.ends_with(' ') || text.ends_with('m')
+}
+
+/// Where the blank end of the last row of `text` starts: the spaces there (a terminal row's
+/// padding, or cells cleared to spaces), with the SGR codes among and after them. `text.len()`
+/// when the row does not end with a space.
+fn blank_tail_start(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let mut pos = bytes.len();
+    let mut start = bytes.len();
+    loop {
+        if pos > 0 && bytes[pos - 1] == b' ' {
+            pos -= 1;
+            start = pos;
+        } else if pos > 0 && bytes[pos - 1] == b'm' {
+            // `ESC [ <digits ; :> m`
+            let mut i = pos - 1;
+            while i > 0
+                && (bytes[i - 1].is_ascii_digit() || bytes[i - 1] == b';' || bytes[i - 1] == b':')
+            {
+                i -= 1;
+            }
+            if i >= 2 && bytes[i - 1] == b'[' && bytes[i - 2] == 0x1b {
+                pos = i - 2;
+            } else {
+                break;
+            }
+        } else {
+            break;
+        }
+    }
+    start
+}
+
+/// Removes the spaces at the end of the last row of `text`, keeping its SGR codes (the colour
+/// state after the row stays what the terminal had).
+fn trim_row_end(text: &mut String) {
+    let start = blank_tail_start(text);
+    if start == text.len() {
+        return;
+    }
+    let codes: String = text[start..].split(' ').collect();
+    text.truncate(start);
+    text.push_str(&codes);
 }
 
 /// A terminal emulator whose scrolled-off rows become model-facing text.
@@ -393,6 +448,7 @@ impl Screen {
             // After a flush the capture owes the previous row its newline: the row before a
             // plain line never wrapped into it.
             let text = &mut self.parser.callbacks_mut().text;
+            trim_row_end(text);
             text.push('\n');
             // Its colours go to the text as they are (the sanitizer strips them) and to the
             // parser, whose colour state must be what parsing the line would have left.
@@ -440,14 +496,21 @@ impl Screen {
             return;
         }
         let kept = buf.trim_end_matches('\n').len();
-        if kept > 0 {
+        // A last row that has not ended yet keeps its blank end back: the newline that ends it
+        // trims it (the row may also wrap, and then the spaces are text).
+        let end = if kept == buf.len() { blank_tail_start(&buf[..kept]) } else { kept };
+        if end > 0 {
             out.push_str(&"\n".repeat(self.held_newlines));
-            out.push_str(&buf[..kept]);
+            out.push_str(&buf[..end]);
             self.held_newlines = 0;
             self.emitted = true;
         }
-        self.held_newlines += buf.len() - kept;
-        buf.clear();
+        if kept == buf.len() {
+            buf.drain(..end);
+        } else {
+            self.held_newlines += buf.len() - kept;
+            buf.clear();
+        }
     }
 
     /// Resizes the screen (clamped as the PTY is). Rows pushed off by a shrink are captured.
@@ -521,6 +584,8 @@ impl Screen {
         push.push_str(&"\n".repeat(usize::from(rows)));
         self.parser.process(push.as_bytes());
         self.take_text(out);
+        // The blank end of the last row (when the screen's bottom row had text).
+        self.parser.callbacks_mut().text.clear();
         if self.emitted {
             out.push('\n');
         }
@@ -590,6 +655,41 @@ mod tests {
         assert_eq!(sanitize(text.as_bytes()), "l0\nl1\nl2\nl3");
         s.finish(&mut text);
         assert_eq!(sanitize(text.as_bytes()), "l0\nl1\nl2\nl3\nl4\nl5\nl6\nl7\n");
+    }
+
+    #[test]
+    fn screen_text_has_no_padding_spaces_or_rows() {
+        // Rows padded to the width (progress lines, full-width tables), with colours.
+        let pad = format!("abc{}\r\n", " ".repeat(17));
+        let full = format!("{}\r\n", "x".repeat(20));
+        let coloured = "\x1b[41mred   \x1b[0m  \r\n";
+        let mut input = String::new();
+        for _ in 0..6 {
+            input.push_str(&pad);
+            input.push_str(&full);
+            input.push_str(coloured);
+        }
+        input.push_str("last   ");
+        let text = render(input.as_bytes(), small());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 19, "{text:?}");
+        for chunk in lines[..18].chunks(3) {
+            assert_eq!(chunk, ["abc", "x".repeat(20).as_str(), "red"], "{text:?}");
+        }
+        assert_eq!(lines[18], "last");
+        // A space at the wrap point of a long line is text.
+        let wrapped = format!("{} {}\r\n", "a".repeat(19), "b".repeat(5));
+        assert_eq!(
+            render(wrapped.as_bytes(), small()),
+            format!("{} {}\n", "a".repeat(19), "b".repeat(5))
+        );
+        // Colours after trimmed spaces survive for the next row.
+        let mut s = Screen::new(small());
+        let mut raw = String::new();
+        s.process(b"\x1b[31mab   \r\ncd\r\n");
+        s.take_text(&mut raw);
+        s.finish(&mut raw);
+        assert_eq!(raw, "\x1b[31mab\ncd\n");
     }
 
     #[test]

@@ -52,7 +52,7 @@ t.describe('tool card', function()
   t.it('running without output', function()
     local r = render(tool())
     t.eq({ '$ make test' }, r.lines)
-    t.eq({ { ' ● ', 'AgentBashRunning' }, { 'bash ', 'AgentBashTitle' } }, r.title)
+    t.eq({ { ' ● ', 'AgentBashRunning' }, { '$ make test · running ', 'AgentBashTitle' } }, r.title)
     t.eq({ { ' <Esc> cancel · q close ', 'AgentBashFooter' } }, r.footer)
     t.eq({ { 0, 0, 11, 'AgentBashHeader' } }, r.highlights)
     t.eq(1, r.height)
@@ -101,15 +101,15 @@ t.describe('tool card', function()
     local state = done(tool({ lines = { 'first', long } }), { total_lines = 2, output_lines = 2 })
     local r = card.render(state, { width = 10, expanded = true, collapsed_lines = 3 })
     t.eq({ '$ make test', 'first', long }, r.lines)
-    t.eq({ { ' <Tab> collapse · q close ', 'AgentBashFooter' } }, r.footer)
+    t.eq({ { ' <Tab> collapse · y yank · <C-s> split · q close ', 'AgentBashFooter' } }, r.footer)
     t.eq(2 + 1 + 5, r.height) -- header wraps to 2 rows at width 10
   end)
 
   t.it('success', function()
     local r = render(done(tool({ lines = { 'ok' } }), { total_lines = 1, output_lines = 1 }))
     t.eq({ '$ make test', 'ok' }, r.lines)
-    t.eq({ { ' ✓ ', 'AgentBashOk' }, { 'bash · 12ms ', 'AgentBashTitle' } }, r.title)
-    t.eq({ { ' q close ', 'AgentBashFooter' } }, r.footer)
+    t.eq({ { ' ✓ ', 'AgentBashOk' }, { '$ make test · done · 12ms ', 'AgentBashTitle' } }, r.title)
+    t.eq({ { ' y yank · <C-s> split · q close ', 'AgentBashFooter' } }, r.footer)
   end)
 
   t.it('no output', function()
@@ -120,7 +120,7 @@ t.describe('tool card', function()
   t.it('non-zero exit', function()
     local r = render(done(tool({ lines = { 'boom' } }), { exit_code = 2, is_error = true, total_lines = 1, duration_ms = 1500 }))
     t.eq({ '$ make test', 'boom' }, r.lines)
-    t.eq({ { ' ✗ ', 'AgentBashError' }, { 'bash · exit 2 · 1.5s ', 'AgentBashTitle' } }, r.title)
+    t.eq({ { ' ✗ ', 'AgentBashError' }, { '$ make test · exit 2 · 1.5s ', 'AgentBashTitle' } }, r.title)
   end)
 
   t.it('timeout shows the footer and the timed-out status', function()
@@ -128,8 +128,8 @@ t.describe('tool card', function()
     done(state, { exit_code = nil, cancelled = true, timed_out = true, is_error = true, total_lines = 1, duration_ms = 2003 })
     local r = render(state)
     t.eq({ '$ make test', 'tick' }, r.lines)
-    t.eq({ { ' ◷ ', 'AgentBashWarning' }, { 'bash · timed out · 2.0s ', 'AgentBashTitle' } }, r.title)
-    t.eq({ { ' [Timeout: 2s] · q close ', 'AgentBashFooter' } }, r.footer)
+    t.eq({ { ' ◷ ', 'AgentBashWarning' }, { '$ make test · timed out · 2.0s ', 'AgentBashTitle' } }, r.title)
+    t.eq({ { ' [Timeout: 2s] · y yank · <C-s> split · q close ', 'AgentBashFooter' } }, r.footer)
   end)
 
   t.it('fractional timeout', function()
@@ -139,7 +139,7 @@ t.describe('tool card', function()
   t.it('cancelled', function()
     local state = done(tool({ lines = { 'a' } }), { exit_code = nil, cancelled = true, is_error = true, total_lines = 1 })
     t.eq('cancelled', state.status)
-    t.eq({ { ' ⊘ ', 'AgentBashWarning' }, { 'bash · cancelled · 12ms ', 'AgentBashTitle' } }, render(state).title)
+    t.eq({ { ' ⊘ ', 'AgentBashWarning' }, { '$ make test · cancelled · 12ms ', 'AgentBashTitle' } }, render(state).title)
   end)
 
   t.it('cancel requested hides the cancel hint', function()
@@ -158,7 +158,7 @@ t.describe('tool card', function()
       'line 100',
       '[Full output: artifact://7. Truncated: 3 lines shown (50.0KB limit)]',
     }, r.lines)
-    t.eq({ { ' <Tab> expand · o full output · q close ', 'AgentBashFooter' } }, r.footer)
+    t.eq({ { ' <Tab> expand · o full output · y yank · <C-s> split · q close ', 'AgentBashFooter' } }, r.footer)
     t.ok(r.can_load_full)
     t.eq({
       '$ make test',
@@ -171,7 +171,7 @@ t.describe('tool card', function()
     state.full_lines = numbered(100)
     r = render(state, true)
     t.eq(vim.list_extend({ '$ make test' }, numbered(100)), r.lines)
-    t.eq({ { ' <Tab> collapse · q close ', 'AgentBashFooter' } }, r.footer)
+    t.eq({ { ' <Tab> collapse · y yank · <C-s> split · q close ', 'AgentBashFooter' } }, r.footer)
     t.ok(not r.can_load_full)
   end)
 
@@ -236,7 +236,7 @@ t.describe('tool card', function()
     local state = done(tool({ lines = { 'x' } }), {
       resources = { wall_ms = 2100, cpu_user_ms = 1900, cpu_sys_ms = 120, max_rss_kib = 215040 },
     })
-    t.eq(' 2.0 s CPU, 210 MiB · q close ', render(state).footer[1][1])
+    t.eq(' 2.0 s CPU, 210 MiB · y yank · <C-s> split · q close ', render(state).footer[1][1])
     t.eq('1.5 GiB', card.receipt({ resources = { wall_ms = 1, max_rss_kib = 1572864 } }))
     t.eq(nil, card.receipt({ resources = { wall_ms = 1 } }))
     -- Cheap runs say nothing.
@@ -255,7 +255,7 @@ t.describe('tool card', function()
   t.it('failed to start', function()
     local r = render(tool({ status = 'failed', error = 'Working directory does not exist: /nope' }))
     t.eq({ '$ make test', 'Bash command failed: Working directory does not exist: /nope' }, r.lines)
-    t.eq({ { ' ✗ ', 'AgentBashError' }, { 'bash · failed ', 'AgentBashTitle' } }, r.title)
+    t.eq({ { ' ✗ ', 'AgentBashError' }, { '$ make test · failed ', 'AgentBashTitle' } }, r.title)
   end)
 
   t.it('blocked by an interception rule', function()
@@ -288,7 +288,7 @@ t.describe('bang card', function()
     expected[#expected + 1] = 'Running… (<Esc> to cancel)'
     t.eq(expected, r.lines)
     t.eq({ 21, 0, #'Running… (<Esc> to cancel)', 'AgentBashRunning' }, r.highlights[#r.highlights])
-    t.eq({ { ' ● ', 'AgentBashRunning' }, { 'AgentBash ', 'AgentBashTitle' } }, r.title)
+    t.eq({ { ' ● ', 'AgentBashRunning' }, { '$ ls -la · running ', 'AgentBashTitle' } }, r.title)
   end)
 
   t.it('long lines are not wrapped into rows', function()
@@ -301,9 +301,15 @@ t.describe('bang card', function()
   t.it('done, collapsed: more lines hint, exit code, truncation warning without brackets', function()
     local state = bang({ lines = numbered(25, 76) })
     done(state, { exit_code = 1, is_error = true, total_lines = 100, output_lines = 25, truncated = true, artifact_id = 3 })
-    local expected = vim.list_extend({ '$ ls -la' }, numbered(20, 81))
+    -- The notes stand above the shown tail, where the hidden lines are: what <Tab> shows (5
+    -- retained lines), and apart, what only the artifact holds (75 lines).
+    local expected = {
+      '$ ls -la',
+      '… 75 earlier lines in artifact://3 (o: full output)',
+      '… 5 more lines (<Tab> to expand)',
+    }
+    vim.list_extend(expected, numbered(20, 81))
     vim.list_extend(expected, {
-      '… 80 more lines (<Tab> to expand)',
       '(exit 1)',
       'Full output: artifact://3. Truncated: 25 lines shown (50.0KB limit)',
     })
@@ -314,7 +320,8 @@ t.describe('bang card', function()
     local state = done(bang({ lines = numbered(25) }), { total_lines = 25, output_lines = 25 })
     t.eq(vim.list_extend({ '$ ls -la' }, numbered(25)), render(state, true).lines)
     local collapsed = render(state).lines
-    t.eq('… 5 more lines (<Tab> to expand)', collapsed[#collapsed])
+    t.eq('… 5 more lines (<Tab> to expand)', collapsed[2])
+    t.eq(vim.list_extend({ '$ ls -la', '… 5 more lines (<Tab> to expand)' }, numbered(20, 6)), collapsed)
   end)
 
   t.it('success prints no status line', function()
@@ -340,7 +347,7 @@ t.describe('bang card', function()
       { 1, 0, 3, 'AgentBashDim' },
       { 2, 0, #'Running… (<Esc> to cancel)', 'AgentBashDim' },
     }, r.highlights)
-    t.eq({ { ' ● ', 'AgentBashDim' }, { 'AgentBash! (not in context) ', 'AgentBashDim' } }, r.title)
+    t.eq({ { ' ● ', 'AgentBashDim' }, { '$ ls -la · running · not in context ', 'AgentBashDim' } }, r.title)
   end)
 
   t.it('kill key follows the configuration', function()

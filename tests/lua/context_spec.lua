@@ -230,13 +230,13 @@ t.describe('history', function()
     t.eq(card.win, vim.api.nvim_get_current_win())
     t.eq({
       '$ seq 100',
+      '… 98 earlier lines in artifact://7 (o: full output)',
       'line 99',
       'line 100',
-      '… 98 more lines (<Tab> to expand)',
       '(exit 2)',
       'Full output: artifact://7. Truncated: 2 lines shown (1.0KB limit)',
     }, vim.api.nvim_buf_get_lines(card.buf, 0, -1, false))
-    t.eq({ ' ✗ ', 'AgentBash · exit 2 · 1.2s ' }, vim.tbl_map(function(c)
+    t.eq({ ' ✗ ', '$ seq 100 · exit 2 · 1.2s ' }, vim.tbl_map(function(c)
       return c[1]
     end, vim.api.nvim_win_get_config(card.win).title))
     ab.close_all()

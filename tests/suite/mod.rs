@@ -1,6 +1,7 @@
 //! Integration suites, one file per area.
 
 mod differential;
+mod editor;
 mod exec;
 mod explain;
 mod faults;

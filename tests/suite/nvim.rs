@@ -36,8 +36,13 @@ impl Editor {
     /// `resize = false` keeps the 80×24 grid (`:checkhealth` trips an assertion in 0.11.4 after
     /// a headless resize).
     pub async fn start_sized(resize: bool) -> Editor {
+        Editor::start_with(resize, env!("CARGO_MANIFEST_DIR"), &[]).await
+    }
+
+    /// An editor with the plugin at `plugin_dir` on 'runtimepath' and extra environment.
+    pub async fn start_with(resize: bool, plugin_dir: &str, env: &[(&str, &str)]) -> Editor {
         let home = tempfile::tempdir().unwrap();
-        let repo = env!("CARGO_MANIFEST_DIR");
+        let repo = plugin_dir;
         let mut cmd = tokio::process::Command::new(nvim_bin());
         cmd.args(["--embed", "--headless", "--clean", "-n", "-i", "NONE", "--cmd"])
             .arg(format!("set rtp^={repo}"))
@@ -46,6 +51,7 @@ impl Editor {
             .env("XDG_CONFIG_HOME", home.path().join("config"))
             .env("XDG_CACHE_HOME", home.path().join("cache"))
             .current_dir(home.path())
+            .envs(env.iter().copied())
             .kill_on_drop(true);
         let (nvim, _io, child) = new_child_cmd(&mut cmd, Dummy::new()).await.unwrap();
         let ed = Editor { nvim, _child: child, _home: home };
@@ -91,6 +97,21 @@ impl Editor {
                  return { lines = vim.api.nvim_buf_get_lines(c.buf, 0, -1, false), title = flat(cfg.title),
                           footer = flat(cfg.footer), status = c.run.state.status, buf = c.buf, count = #cs }",
             )
+            .await;
+        Card::from(v)
+    }
+
+    /// The `i`-th open card (1 = oldest), as [`Editor::card`] reads the newest.
+    pub async fn card_by_index(&self, i: usize) -> Card {
+        let v = self
+            .lua(&format!(
+                "local c = require('agent_bash.float').cards()[{i}]
+                 local cfg = vim.api.nvim_win_get_config(c.win)
+                 local function flat(t) if type(t) ~= 'table' then return t or '' end
+                   local s = '' for _, chunk in ipairs(t) do s = s .. (type(chunk) == 'table' and chunk[1] or chunk) end return s end
+                 return {{ lines = vim.api.nvim_buf_get_lines(c.buf, 0, -1, false), title = flat(cfg.title),
+                          footer = flat(cfg.footer), status = c.run.state.status, buf = c.buf }}"
+            ))
             .await;
         Card::from(v)
     }
@@ -210,23 +231,43 @@ async fn nvim_bang_failure_and_dimmed_exclusion() {
 }
 
 #[tokio::test]
-async fn nvim_second_bang_refused_and_esc_cancels() {
+async fn nvim_second_bang_runs_beside_the_first_in_its_own_shell() {
     let ed = Editor::start().await;
-    ed.cmd("AgentBash echo started; sleep 30").await;
+    let home = ed.lua("return vim.api.nvim_get_current_win()").await;
+    ed.cmd("AgentBash export AB_FIRST=set; echo started; sleep 30").await;
     ed.wait_lua("(function() local c = require('agent_bash.float').cards()[1]; return c and #c.run.state.lines > 0 end)()").await;
     let running = ed.card().await;
     snapshot("bang_running", &running);
-    ed.cmd("AgentBash echo second").await;
-    let msgs = ed.messages().await;
-    assert!(
-        msgs.contains("A bash command is already running. Press Esc to cancel it first."),
-        "{msgs}"
+    // A second command starts at once, in a card and a shell of its own.
+    ed.cmd("AgentBash echo second:${AB_FIRST:-unset}").await;
+    let second = ed.card_done().await;
+    assert!(second.lines.iter().any(|l| l == "second:unset"), "{second:?}");
+    assert_eq!(ed.lua("return #require('agent_bash.float').cards()").await.as_i64(), Some(2));
+    assert_eq!(
+        ed.lua("return require('agent_bash.float').cards()[1].run.state.status").await.as_str(),
+        Some("running")
     );
-    // The bang card has the focus: <Esc> cancels.
+    // One after the other, commands share a shell: an `export` carries over.
+    ed.cmd("AgentBash export AB_SEQ=kept").await;
+    ed.card_done().await;
+    ed.cmd("AgentBash echo seq:$AB_SEQ").await;
+    let seq = ed.card_done().await;
+    assert!(seq.lines.iter().any(|l| l == "seq:kept"), "{seq:?}");
+    // Nothing took the cursor.
+    assert_eq!(ed.lua("return vim.api.nvim_get_current_win()").await, home);
+    // In the card it entered, <Esc> cancels the running command...
+    ed.lua("local c = require('agent_bash.float').cards()[1]; vim.api.nvim_set_current_win(c.win)")
+        .await;
     ed.nvim.input("<Esc>").await.unwrap();
-    let card = ed.card_done().await;
-    assert_eq!(card.status, "cancelled");
+    ed.wait_lua("require('agent_bash.float').cards()[1].run.finished").await;
+    let cancelled = ed.lua("return require('agent_bash.float').cards()[1].run.state.status").await;
+    assert_eq!(cancelled.as_str(), Some("cancelled"));
+    let card = ed.card_by_index(1).await;
     snapshot("bang_cancelled", &card);
+    // ... and only then closes it.
+    ed.nvim.input("<Esc>").await.unwrap();
+    ed.wait_lua("#require('agent_bash.float').cards() == 3").await;
+    assert_eq!(ed.lua("return vim.api.nvim_get_current_win()").await, home);
 }
 
 #[tokio::test]
@@ -511,8 +552,15 @@ async fn nvim_term_kill_key_ends_the_run() {
     ed.attach_ui().await;
     ed.cmd("AgentBashTerm export AB_TERM_KILL=1; echo ready; sleep 100").await;
     ed.wait_term("ready").await;
+    ed.wait_lua("vim.api.nvim_get_mode().mode == 't'").await;
     assert!(!super::support::procs_with_env("AB_TERM_KILL=1").is_empty());
-    ed.nvim.input("<Esc>").await.unwrap();
+    // The kill chord (shown in the footer); <Esc> would go to the program.
+    let footer = ed
+        .lua("local ts = require('agent_bash.terminal').terms(); local t = ts[#ts]; local c = vim.api.nvim_win_get_config(t.win).footer
+              local s = '' for _, ch in ipairs(c or {}) do s = s .. ch[1] end return s")
+        .await;
+    assert!(footer.as_str().unwrap().contains("<C-\\><C-k> kill"), "{footer:?}");
+    ed.nvim.input("<C-Bslash><C-k>").await.unwrap();
     assert_eq!(ed.term_result("cancelled").await, Value::Boolean(true));
     assert!(ed.term_result("output").await.as_str().unwrap().starts_with("[Command cancelled]"));
     assert!(super::support::procs_with_env("AB_TERM_KILL=1").is_empty());

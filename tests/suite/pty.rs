@@ -51,6 +51,7 @@ impl View {
             size,
             on_output: Some(Arc::new(move |b: &[u8]| seen.lock().unwrap().process(b))),
             control: Some(rx),
+            on_waiting: None,
         };
         let rt = rt.clone();
         let done = tokio::spawn(async move {

@@ -1,0 +1,152 @@
+-- Errors → quickfix (SPEC §8.4): a finished run's full output (the artifact when the card holds
+-- only part of it) goes through Neovim's own 'errorformat' machinery (`setqflist` with `lines`
+-- and `efm`). The format: the `:compiler` mapped to the command's program
+-- (`quickfix.compilers`), else the 'errorformat' of the window the command was typed in, which
+-- is the user's `:compiler` when they chose one.
+
+local M = {}
+local H = {}
+
+--- Fills the quickfix list from run `id` (default: the newest finished run). With `opts.auto`
+--- (a run just failed) nothing changes unless errors were recognized. Returns the number of
+--- recognized entries, or nil and a message.
+---@param id? integer
+---@param opts? {auto?: boolean}
+---@return integer? count
+---@return string? err
+function M.fill(id, opts)
+  opts = opts or {}
+  local runs = require('agent_bash.runs')
+  local run = runs.finished(id)
+  if not run then
+    if id and runs.get(id) then
+      return nil, ('run %d is still running'):format(id)
+    end
+    return nil, id and ('no finished run %d'):format(id) or 'no finished run yet'
+  end
+  local lines, err = require('agent_bash.float').output_lines(run)
+  if not lines then
+    return nil, err
+  end
+  local efm = M.errorformat(run.state.command, run.efm_win)
+  local parsed = vim.fn.getqflist({ lines = lines, efm = efm })
+  local count = 0
+  for _, item in ipairs(parsed.items or {}) do
+    if item.valid == 1 then
+      count = count + 1
+    end
+  end
+  if opts.auto and count == 0 then
+    return 0
+  end
+  local title = ('agent-bash: $ %s'):format(run.state.command:match('^[^\n]*'))
+  vim.fn.setqflist({}, ' ', { lines = lines, efm = efm, title = title })
+  return count
+end
+
+--- `:AgentBashQuickfix [id]`.
+---@param arg string
+function M.command(arg)
+  local id
+  if arg ~= '' then
+    id = tonumber(arg)
+    if not id or id ~= math.floor(id) then
+      vim.notify(('agent-bash: expected a run id (a number), got %q'):format(arg), vim.log.levels.ERROR)
+      return
+    end
+  end
+  local count, err = M.fill(id)
+  if not count then
+    vim.notify('agent-bash: ' .. err, vim.log.levels.ERROR)
+    return
+  end
+  vim.notify(('agent-bash: %d error%s in the quickfix list'):format(count, count == 1 and '' or 's'), vim.log.levels.INFO)
+end
+
+--- Called when a run ends: fills the list automatically after a non-zero exit (option
+--- `quickfix.auto`), when its output has errors the format recognizes.
+---@param run agent_bash.Run
+function M.on_done(run)
+  local r = run.state.result
+  if not require('agent_bash.config').options.quickfix.auto or not r or r.blocked then
+    return
+  end
+  if r.cancelled or r.exit_code == nil or r.exit_code == 0 then
+    return
+  end
+  local ok, count = pcall(M.fill, run.id, { auto = true })
+  if ok and count and count > 0 then
+    require('agent_bash.log').say(
+      ('agent-bash: %d error%s in quickfix (:copen): %%s'):format(count, count == 1 and '' or 's'),
+      '$ ' .. run.state.command,
+      vim.log.levels.INFO
+    )
+  elseif not ok then
+    require('agent_bash.log').warn('quickfix for run %d: %s', run.id, tostring(count))
+  end
+end
+
+--- The 'errorformat' for a command's output.
+---@param command string
+---@param win? integer window the command was typed in
+---@return string
+function M.errorformat(command, win)
+  local prog = M.program(command)
+  local name = prog and require('agent_bash.config').options.quickfix.compilers[prog]
+  if name then
+    local efm = H.compiler_efm(name)
+    if efm then
+      return efm
+    end
+  end
+  if win and vim.api.nvim_win_is_valid(win) then
+    local buf = vim.api.nvim_win_get_buf(win)
+    local own = vim.api.nvim_get_option_value('errorformat', { scope = 'local', buf = buf })
+    if own ~= '' then
+      return own
+    end
+  end
+  return vim.api.nvim_get_option_value('errorformat', { scope = 'global' })
+end
+
+--- The program a command runs: its first word after `VAR=value` assignments and common
+--- wrappers (`env`, `time`, `npx`, `python -m`), without its directory.
+---@param command string
+---@return string?
+function M.program(command)
+  local words = vim.split(vim.trim(command:match('^[^\n|;&]*') or ''), '%s+')
+  local i = 1
+  while words[i] do
+    local w = words[i]
+    if w:match('^[%w_]+=') or H.wrappers[w] or w:match('^%-') then
+      i = i + 1
+    elseif (w == 'python' or w == 'python3') and words[i + 1] == '-m' then
+      i = i + 2
+    else
+      return (w:match('[^/]+$'))
+    end
+  end
+end
+
+-- Helpers -----------------------------------------------------------------------------------
+
+H.wrappers = { env = true, time = true, nice = true, npx = true, pnpm = true, yarn = true, exec = true, command = true }
+H.cache = {} ---@type table<string, string|false>
+
+--- The 'errorformat' a `:compiler {name}` sets, read in a scratch buffer (cached).
+---@param name string
+---@return string?
+function H.compiler_efm(name)
+  if H.cache[name] == nil then
+    local buf = vim.api.nvim_create_buf(false, true)
+    local ok = pcall(vim.api.nvim_buf_call, buf, function()
+      vim.cmd('silent compiler ' .. vim.fn.fnameescape(name))
+    end)
+    local efm = ok and vim.api.nvim_get_option_value('errorformat', { scope = 'local', buf = buf }) or ''
+    vim.api.nvim_buf_delete(buf, { force = true })
+    H.cache[name] = efm ~= '' and efm or false
+  end
+  return H.cache[name] or nil
+end
+
+return M

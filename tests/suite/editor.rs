@@ -1,0 +1,517 @@
+//! The editor workflow (SPEC §8.4): a Vim user's habits on a real headless Neovim with the real
+//! plugin and backend, keys typed through `nvim_input` as a person would type them.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nvim_rs::Value;
+
+use super::nvim::Editor;
+
+/// Copies the plugin (plugin/, lua/, doc/agent_bash.txt) to a fresh directory: what a plugin
+/// manager installs, without generated help tags.
+fn plugin_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for sub in ["plugin", "lua/agent_bash", "doc"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+    }
+    for sub in ["plugin", "lua/agent_bash"] {
+        for e in std::fs::read_dir(repo.join(sub)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.path().join(sub).join(e.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(repo.join("doc/agent_bash.txt"), dir.path().join("doc/agent_bash.txt")).unwrap();
+    dir
+}
+
+impl Editor {
+    /// `:help {tag}`: the help file and the text of the line the cursor lands on.
+    async fn help(&self, tag: &str) -> (String, String) {
+        let _ = self.nvim.command(&format!("help {tag}")).await;
+        let v = self.lua("return {vim.fn.expand('%:t'), vim.fn.getline('.')}").await;
+        let a = v.as_array().unwrap();
+        (a[0].as_str().unwrap_or("").into(), a[1].as_str().unwrap_or("").into())
+    }
+
+    async fn current_win(&self) -> Value {
+        self.lua("return vim.api.nvim_get_current_win()").await
+    }
+
+    async fn cards(&self) -> i64 {
+        self.lua("return #require('agent_bash.float').cards()").await.as_i64().unwrap()
+    }
+
+    /// Title of the newest card, as text.
+    async fn title(&self) -> String {
+        self.card().await.title
+    }
+}
+
+#[tokio::test]
+async fn editor_help_works_after_install_and_lands_on_the_introduction() {
+    let copy = plugin_copy();
+    let ed = Editor::start_with(true, copy.path().to_str().unwrap(), &[]).await;
+    ed.wait_lua(&format!("vim.uv.fs_stat({:?}) ~= nil", copy.path().join("doc/tags"))).await;
+    let (file, line) = ed.help("agent_bash").await;
+    assert_eq!(file, "agent_bash.txt");
+    assert!(line.contains("*agent_bash*") && line.contains("INTRODUCTION"), "{line:?}");
+    // A plugin directory that cannot be written: the tags go to a cache copy on 'runtimepath'.
+    let ro = plugin_copy();
+    let ed = Editor::start_with(true, ro.path().to_str().unwrap(), &[]).await;
+    ed.lua(&format!(
+        "vim.uv.fs_unlink({:?}); require('agent_bash.help').generate({:?}, {{writable = false}})",
+        ro.path().join("doc/tags"),
+        ro.path()
+    ))
+    .await;
+    assert!(!ro.path().join("doc/tags").exists());
+    let (file, line) = ed.help("agent_bash").await;
+    assert_eq!(file, "agent_bash.txt");
+    assert!(line.contains("*agent_bash*"), "{line:?}");
+}
+
+#[tokio::test]
+async fn editor_cards_leave_the_cursor_and_buffer_keys_alone() {
+    let ed = Editor::start().await;
+    let home = ed.current_win().await;
+    ed.cmd("AgentBash echo started; sleep 30").await;
+    ed.wait_lua("(function() local c = require('agent_bash.float').cards()[1]; return c and #c.run.state.lines > 0 end)()").await;
+    assert_eq!(ed.current_win().await, home, "the card took the cursor");
+    // <Esc> and `q` typed in the buffer act on the buffer: no cancel, no closed card, and `q`
+    // records a macro as it always does.
+    ed.nvim.input("<Esc>").await.unwrap();
+    ed.nvim.input("qa").await.unwrap();
+    assert_eq!(ed.lua("return vim.fn.reg_recording()").await.as_str(), Some("a"));
+    ed.nvim.input("q").await.unwrap();
+    assert_eq!(ed.lua("return vim.fn.reg_recording()").await.as_str(), Some(""));
+    assert_eq!(ed.cards().await, 1);
+    assert_eq!(ed.card().await.status, "running");
+    // In the card (entered on purpose), <Esc> cancels; on the finished card it closes it.
+    ed.cmd("AgentBashFocus").await;
+    assert_ne!(ed.current_win().await, home);
+    ed.nvim.input("<Esc>").await.unwrap();
+    let card = ed.card_done().await;
+    assert_eq!(card.status, "cancelled");
+    assert_eq!(ed.cards().await, 1, "a running card is not closed by <Esc>");
+    ed.nvim.input("<Esc>").await.unwrap();
+    ed.wait_lua("#require('agent_bash.float').cards() == 0").await;
+    assert_eq!(ed.current_win().await, home);
+}
+
+#[tokio::test]
+async fn editor_terminal_gives_esc_to_the_program() {
+    let ed = Editor::start().await;
+    ed.attach_ui().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("note.txt");
+    // Neovim itself as the program in the float: it needs <Esc> to leave insert mode.
+    let nvim = std::env::var("NVIM_BIN").unwrap_or_else(|_| "nvim".into());
+    ed.cmd(&format!("AgentBashTerm {nvim} --clean -n -i NONE {}", file.display())).await;
+    ed.wait_lua("vim.api.nvim_get_mode().mode == 't'").await;
+    ed.wait_term("note.txt").await;
+    ed.nvim.input("ihello<Esc>").await.unwrap();
+    // The inner editor is back in Normal mode only if it got the <Esc>: `:wq` then writes.
+    ed.wait_term("hello").await;
+    ed.nvim.input(":wq<CR>").await.unwrap();
+    assert_eq!(ed.term_result("exit_code").await.as_i64(), Some(0));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello\n");
+    // A shell read gets the Escape byte itself.
+    ed.cmd(r#"AgentBashTerm echo ready; IFS= read -r x; printf 'got:%q\n' "$x""#).await;
+    ed.wait_term("ready").await;
+    ed.wait_lua("vim.api.nvim_get_mode().mode == 't'").await;
+    ed.nvim.input("<Esc>x<CR>").await.unwrap();
+    let out = ed.term_result("output").await;
+    assert!(out.as_str().unwrap().contains(r"got:$'\Ex'"), "{out:?}");
+}
+
+#[tokio::test]
+async fn editor_bang_expands_like_bang_and_reruns() {
+    let ed = Editor::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("three lines.txt");
+    std::fs::write(&file, "alpha\nbeta\ngamma\n").unwrap();
+    ed.cmd(&format!("edit {}", file.display().to_string().replace(' ', "\\ "))).await;
+    ed.cmd("AgentBash wc -l < '%'").await;
+    let card = ed.card_done().await;
+    assert_eq!(
+        card.lines.first().map(String::as_str),
+        Some(format!("$ wc -l < '{}'", file.display()).as_str())
+    );
+    assert!(card.lines.iter().any(|l| l == "3"), "{card:?}");
+    ed.cmd("AgentBash echo '%:t' <cword>").await;
+    let card = ed.card_done().await;
+    assert!(card.lines.iter().any(|l| l == "three lines.txt alpha"), "{card:?}");
+    // Backslashes and `%` inside words reach the shell untouched; `\%` is a plain `%`.
+    ed.cmd(r"AgentBash printf 'a\nb%s\n' \%").await;
+    let card = ed.card_done().await;
+    assert_eq!(card.lines[1..3], ["a".to_string(), "b%".to_string()], "{card:?}");
+    // No argument: the last command again (`:!!`).
+    ed.lua("require('agent_bash').close_all()").await;
+    ed.cmd("AgentBash").await;
+    let card = ed.card_done().await;
+    assert_eq!(card.lines[0], r"$ printf 'a\nb%s\n' %");
+    // `%` without a file name: an error, nothing runs.
+    ed.cmd("enew").await;
+    let _ = ed.nvim.command("AgentBash wc -l %").await;
+    assert!(ed.messages().await.contains("no file name to substitute for '%'"));
+    assert_eq!(ed.card().await.lines[0], r"$ printf 'a\nb%s\n' %");
+}
+
+#[tokio::test]
+async fn editor_titles_tick_and_hidden_endings_notify() {
+    let ed = Editor::start().await;
+    ed.cmd("AgentBash sleep 2.5; echo finished").await;
+    let first = ed.title().await;
+    assert!(first.contains("$ sleep 2.5; echo finished · running · 0s"), "{first:?}");
+    ed.wait_lua("(function() local c = require('agent_bash.float').cards()[1]; local t = vim.api.nvim_win_get_config(c.win).title
+                 return t[2][1]:find('running · 1s', 1, true) ~= nil end)()")
+        .await;
+    // Closed while it runs: its end is announced.
+    ed.cmd("AgentBashClose").await;
+    ed.wait_lua("require('agent_bash.runs').bang() == nil").await;
+    let msgs = ed.messages().await;
+    assert!(msgs.contains("agent-bash: $ sleep 2.5; echo finished · done · "), "{msgs}");
+    // A run whose card is shown is not announced.
+    ed.cmd("AgentBash echo shown").await;
+    ed.card_done().await;
+    assert!(!ed.messages().await.contains("echo shown"));
+}
+
+#[tokio::test]
+async fn editor_quit_asks_while_commands_run() {
+    let ed = Editor::start().await;
+    ed.cmd("AgentBash sleep 30").await;
+    let err = ed.nvim.command("qa").await.unwrap_err().to_string();
+    assert!(err.contains("E162") || err.contains("E37"), "{err}");
+    // The buffer it names lists what runs and what to do (a TUI shows it).
+    let shown = ed
+        .lua("local b = vim.fn.bufnr('agent-bash://running'); local l = vim.api.nvim_buf_get_lines(b, 0, -1, false)
+              return {vim.api.nvim_buf_get_name(b), l[1], l[3]}")
+        .await;
+    let shown: Vec<&str> = shown.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(shown[0].ends_with("agent-bash://running"), "{shown:?}");
+    assert!(
+        shown[1].starts_with("agent-bash: 1 command running. :qa! quits and stops it"),
+        "{shown:?}"
+    );
+    assert_eq!(shown[2], "bang  $ sleep 30");
+    // Still alive and working.
+    assert_eq!(ed.lua("return 1 + 1").await.as_i64(), Some(2));
+    ed.cmd("AgentBashCancel").await;
+    ed.card_done().await;
+    // Nothing runs: `:qa` quits.
+    let _ = ed.nvim.command("qa").await;
+    let end = Instant::now() + Duration::from_secs(10);
+    while ed.nvim.command("echo 1").await.is_ok() {
+        assert!(Instant::now() < end, "Neovim did not quit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // `:qa!` quits while a command runs.
+    let ed = Editor::start().await;
+    ed.cmd("AgentBash sleep 30").await;
+    let _ = ed.nvim.command("qa!").await;
+    let end = Instant::now() + Duration::from_secs(10);
+    while ed.nvim.command("echo 1").await.is_ok() {
+        assert!(Instant::now() < end, "Neovim did not quit on :qa!");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn editor_hidden_lines_note_stands_above_and_counts_what_tab_shows() {
+    let ed = Editor::start().await;
+    ed.cmd("AgentBash seq 1 200000").await;
+    let card = ed.card_done().await;
+    let note = card.lines.iter().position(|l| l.contains("more lines (<Tab> to expand)")).unwrap();
+    let first_output = card.lines.iter().position(|l| l == "199981").unwrap();
+    assert!(note < first_output, "the note stands above the tail: {card:?}");
+    assert!(card.lines.iter().take(note).any(|l| l.contains("earlier lines in artifact://0")));
+    let hidden: usize =
+        card.lines[note].trim_start_matches("… ").split(' ').next().unwrap().parse().unwrap();
+    let shown = card.lines.iter().filter(|l| l.chars().all(|c| c.is_ascii_digit())).count();
+    ed.lua("local cs = require('agent_bash.float').cards(); require('agent_bash.float').toggle(cs[#cs])").await;
+    let expanded = ed.card().await;
+    let shown_after =
+        expanded.lines.iter().filter(|l| l.chars().all(|c| c.is_ascii_digit())).count();
+    assert_eq!(shown_after - shown, hidden, "<Tab> shows exactly the counted lines");
+}
+
+#[tokio::test]
+async fn editor_pty_text_has_no_padding() {
+    let ed = Editor::start().await;
+    ed.attach_ui().await;
+    // Rows padded with spaces to the width, and a coloured padded row.
+    ed.cmd(r"AgentBashTerm printf 'abc%70s\nxyz\n\e[41mred%20s\e[0m\n' '' ''").await;
+    ed.wait_term("xyz").await;
+    let out = ed.term_result("output").await;
+    assert_eq!(out.as_str(), Some("abc\nxyz\nred\n"));
+}
+
+#[tokio::test]
+async fn editor_yank_and_split_a_card() {
+    let ed = Editor::start().await;
+    let home = ed.current_win().await;
+    ed.cmd("AgentBash seq 1 5").await;
+    ed.card_done().await;
+    ed.cmd("AgentBashFocus").await;
+    ed.nvim.input("y").await.unwrap();
+    assert_eq!(ed.lua("return vim.fn.getreg('\"')").await.as_str(), Some("1\n2\n3\n4\n5\n"));
+    ed.nvim.input("<C-s>").await.unwrap();
+    let v = ed
+        .lua("return {vim.api.nvim_win_get_config(0).relative, vim.api.nvim_buf_get_lines(0, 0, -1, false), #vim.api.nvim_tabpage_list_wins(0)}")
+        .await;
+    let a = v.as_array().unwrap();
+    assert_eq!(a[0].as_str(), Some(""), "a normal window");
+    let lines: Vec<&str> = a[1].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert_eq!(lines, ["1", "2", "3", "4", "5"]);
+    assert_ne!(ed.current_win().await, home);
+    // A truncated card yanks its whole output (the artifact).
+    ed.cmd("AgentBash seq 1 100000").await;
+    ed.card_done().await;
+    ed.cmd("AgentBashFocus").await;
+    ed.nvim.input("\"ay").await.unwrap();
+    let n = ed.wait_lua("#vim.fn.getreg('a', 1, true) == 100000 and 100000").await;
+    assert_eq!(n.as_i64(), Some(100000));
+}
+
+/// A C file with an error on line 2.
+fn bad_c(dir: &Path) {
+    std::fs::write(dir.join("bad.c"), "int main(void) {\n  return undefined_name;\n}\n").unwrap();
+}
+
+#[tokio::test]
+async fn editor_errors_land_in_quickfix() {
+    let ed = Editor::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    bad_c(dir.path());
+    ed.cmd(&format!("cd {}", dir.path().display())).await;
+    // A failing bang command: the list fills by itself (gcc's format).
+    ed.cmd("AgentBash gcc -c bad.c -o /dev/null").await;
+    ed.card_done().await;
+    let qf = ed
+        .wait_lua("(function() local l = vim.fn.getqflist() for _, e in ipairs(l) do if e.valid == 1 then return {vim.fn.bufname(e.bufnr), e.lnum} end end end)()")
+        .await;
+    assert_eq!(qf.as_array().unwrap()[0].as_str(), Some("bad.c"));
+    assert_eq!(qf.as_array().unwrap()[1].as_i64(), Some(2));
+    let msgs = ed.messages().await;
+    assert!(msgs.contains(" in quickfix (:copen): $ gcc -c bad.c"), "{msgs}");
+    // The user's own :compiler (a buffer-local 'errorformat') reads a program it knows.
+    ed.cmd("enew | setlocal errorformat=XX%f@%l:%m").await;
+    ed.lua("vim.fn.setqflist({}, 'r')").await;
+    ed.cmd("AgentBash printf 'XXother.c@7:boom\\n'; exit 1").await;
+    ed.card_done().await;
+    let qf = ed
+        .wait_lua("(function() local l = vim.fn.getqflist() for _, e in ipairs(l) do if e.valid == 1 then return {vim.fn.bufname(e.bufnr), e.lnum, e.text} end end end)()")
+        .await;
+    assert_eq!(qf.as_array().unwrap()[0].as_str(), Some("other.c"));
+    assert_eq!(qf.as_array().unwrap()[1].as_i64(), Some(7));
+    // A tool call's failing build lands there too; :AgentBashQuickfix [id] fills it by hand.
+    ed.lua("vim.fn.setqflist({}, 'r')").await;
+    ed.tool_call("cc", "{command = 'cc -c bad.c -o /dev/null'}").await;
+    ed.tool_result("cc", "exit_code").await;
+    ed.wait_lua("#vim.tbl_filter(function(e) return e.valid == 1 end, vim.fn.getqflist()) > 0")
+        .await;
+    ed.lua("vim.fn.setqflist({}, 'r')").await;
+    let id = ed.lua("return require('agent_bash.runs').finished().id").await.as_i64().unwrap();
+    ed.cmd(&format!("AgentBashQuickfix {id}")).await;
+    let n = ed
+        .lua("return #vim.tbl_filter(function(e) return e.valid == 1 end, vim.fn.getqflist())")
+        .await;
+    assert!(n.as_i64().unwrap() >= 1);
+    let _ = ed.nvim.command("AgentBashQuickfix 999").await;
+    assert!(ed.messages().await.contains("no finished run 999"));
+}
+
+#[tokio::test]
+async fn editor_cargo_errors_land_in_quickfix_through_the_compiler_mapping() {
+    let ed = Editor::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        "[package]\nname = \"broken\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("src/main.rs"), "fn main() {\n    let x: u32 = nope;\n}\n")
+        .unwrap();
+    ed.cmd(&format!("cd {}", dir.path().display())).await;
+    ed.cmd("AgentBash cargo build --offline --color never").await;
+    let end = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = ed.lua("local r = require('agent_bash.runs').finished(); return r ~= nil").await;
+        if done == Value::Boolean(true) {
+            break;
+        }
+        assert!(Instant::now() < end, "cargo never finished");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let qf = ed
+        .wait_lua("(function() for _, e in ipairs(vim.fn.getqflist()) do if e.valid == 1 and e.lnum > 0 then return {vim.fn.bufname(e.bufnr), e.lnum} end end end)()")
+        .await;
+    assert_eq!(qf.as_array().unwrap()[0].as_str(), Some("src/main.rs"), "{qf:?}");
+    assert_eq!(qf.as_array().unwrap()[1].as_i64(), Some(2));
+}
+
+#[tokio::test]
+async fn editor_waiting_for_input_is_marked_and_answered() {
+    let ed = Editor::start().await;
+    ed.attach_ui().await;
+    ed.cmd("AgentBashTerm read -p 'name? ' x; echo hello $x").await;
+    ed.wait_term("name? ").await;
+    ed.wait_lua("require('agent_bash.runs').bang().state.waiting_input == true").await;
+    let title = ed
+        .lua("local ts = require('agent_bash.terminal').terms(); local t = ts[#ts]; local c = vim.api.nvim_win_get_config(t.win).title
+              local s = '' for _, ch in ipairs(c or {}) do s = s .. ch[1] end return s")
+        .await;
+    assert!(title.as_str().unwrap().contains("· waiting for input ·"), "{title:?}");
+    ed.nvim.input("bob<CR>").await.unwrap();
+    ed.wait_term("hello bob").await;
+    assert_eq!(ed.term_result("exit_code").await.as_i64(), Some(0));
+
+    // A tool call's program waiting: a notice, and the user takes over in its terminal.
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), "virtual_terminal = \"on\"\n").unwrap();
+    ed.lua("require('agent_bash.backend').stop()").await;
+    ed.lua(&format!("require('agent_bash').setup({{settings_file = {:?}}})", cfg.path())).await;
+    ed.tool_call("ask", "{command = \"read -p 'passphrase? ' p; echo got $p\"}").await;
+    ed.wait_lua("(function() for _, r in ipairs(require('agent_bash.runs').running()) do if r.state.waiting_input then return true end end end)()").await;
+    let msgs = ed.messages().await;
+    assert!(msgs.contains("agent-bash: waiting for input: $ read -p 'passphrase? ' p; echo got $p (:AgentBashFocus)"), "{msgs}");
+    ed.cmd("AgentBashFocus").await;
+    ed.wait_lua("vim.api.nvim_get_mode().mode == 't'").await;
+    ed.nvim.input("s3cret<CR>").await.unwrap();
+    assert_eq!(
+        ed.tool_result("ask", "output").await.as_str().map(|s| s.contains("got s3cret")),
+        Some(true)
+    );
+}
+
+#[tokio::test]
+async fn editor_prewarm_starts_backend_and_shell_when_a_ui_attaches() {
+    let ed = Editor::start().await;
+    assert_eq!(ed.lua("return require('agent_bash.backend').info().chan").await, Value::Nil);
+    ed.attach_ui().await;
+    ed.wait_lua("require('agent_bash.backend').info().warmed == true").await;
+    ed.cmd("AgentBash echo warm").await;
+    let card = ed.card_done().await;
+    assert!(card.lines.iter().any(|l| l == "warm"));
+}
+
+/// Neovim's own TUI in a real PTY, read through a terminal emulator (the `vt100` crate): the
+/// screen a person sees.
+struct Tui {
+    screen: std::sync::Arc<std::sync::Mutex<vt100::Parser>>,
+    writer: Box<dyn std::io::Write + Send>,
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    _home: tempfile::TempDir,
+}
+
+impl Tui {
+    fn start(cols: u16, rows: u16) -> Tui {
+        use portable_pty::{CommandBuilder, PtySize};
+        let home = tempfile::tempdir().unwrap();
+        let size = PtySize { rows, cols, pixel_width: 0, pixel_height: 0 };
+        let pair = portable_pty::native_pty_system().openpty(size).unwrap();
+        let nvim = std::env::var("NVIM_BIN").unwrap_or_else(|_| "nvim".into());
+        let mut cmd = CommandBuilder::new(nvim);
+        cmd.args(["--clean", "-n", "-i", "NONE", "--cmd"]);
+        cmd.arg(format!("set rtp^={}", env!("CARGO_MANIFEST_DIR")));
+        cmd.arg("-c");
+        cmd.arg(format!("lua require('agent_bash').setup({{bin = {:?}}})", super::support::BIN));
+        cmd.env("TERM", "xterm-256color");
+        for (k, d) in [
+            ("XDG_STATE_HOME", "state"),
+            ("XDG_DATA_HOME", "data"),
+            ("XDG_CONFIG_HOME", "config"),
+            ("XDG_CACHE_HOME", "cache"),
+        ] {
+            cmd.env(k, home.path().join(d));
+        }
+        cmd.cwd(home.path());
+        let child = pair.slave.spawn_command(cmd).unwrap();
+        drop(pair.slave);
+        let mut reader = pair.master.try_clone_reader().unwrap();
+        let writer = pair.master.take_writer().unwrap();
+        let screen = std::sync::Arc::new(std::sync::Mutex::new(vt100::Parser::new(
+            std::num::NonZeroU16::new(rows).unwrap(),
+            std::num::NonZeroU16::new(cols).unwrap(),
+            0,
+        )));
+        let s = screen.clone();
+        std::thread::spawn(move || {
+            let _keep = pair.master;
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = std::io::Read::read(&mut reader, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                s.lock().unwrap().process(&buf[..n]);
+            }
+        });
+        Tui { screen, writer, child, _home: home }
+    }
+
+    fn rows(&self) -> Vec<String> {
+        let p = self.screen.lock().unwrap();
+        let (_, cols) = p.screen().size();
+        p.screen().rows(0, cols.get()).collect()
+    }
+
+    fn cursor(&self) -> (u16, u16) {
+        self.screen.lock().unwrap().screen().cursor_position()
+    }
+
+    fn type_keys(&mut self, keys: &str) {
+        self.writer.write_all(keys.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+    }
+
+    async fn wait(&self, needle: &str) -> Vec<String> {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let rows = self.rows();
+            if rows.iter().any(|r| r.contains(needle)) {
+                return rows;
+            }
+            assert!(Instant::now() < end, "screen never showed {needle:?}:\n{}", rows.join("\n"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Tui {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn editor_screen_card_layout_in_a_real_terminal() {
+    let mut tui = Tui::start(100, 30);
+    tui.wait("[No Name]").await;
+    let home = tui.cursor();
+    tui.type_keys(":AgentBash seq 1 100\r");
+    let rows = tui.wait("$ seq 1 100 · done · ").await;
+    let text = rows.join("\n");
+    // The card sits at the bottom right, above the status line, and its hidden-lines note
+    // stands above the tail it shows.
+    let title = rows.iter().position(|r| r.contains("╭ ✓ $ seq 1 100 · done · ")).unwrap();
+    let note = rows.iter().position(|r| r.contains("… 80 more lines (<Tab> to expand)")).unwrap();
+    let first =
+        rows.iter().position(|r| r.trim_end().ends_with("│81") || r.contains("│81 ")).unwrap();
+    let last = rows.iter().position(|r| r.contains("│100 ")).unwrap();
+    assert!(title < note && note < first && first < last, "{text}");
+    assert!(rows[last + 1].contains("y yank · <C-s> split · q close ╯"), "{text}");
+    assert!(
+        rows[last + 1].trim_end().ends_with('╯') && rows[last + 1].chars().count() >= 99,
+        "{text}"
+    );
+    // The cursor stayed in the buffer: typing goes there, not into the card.
+    assert_eq!(tui.cursor(), home, "{text}");
+    tui.type_keys("ihello<Esc>");
+    let rows = tui.wait("hello").await;
+    assert!(rows[0].starts_with("hello"), "{}", rows.join("\n"));
+}
