@@ -42,7 +42,8 @@ pub struct Limits {
     pub artifact_cap_bytes: u64,
     /// Idle shell sessions are closed after this many seconds. Default 1800.
     pub session_idle_secs: u64,
-    /// At most this many live shell sessions; the least recently used goes first. Default 16.
+    /// At most this many live shell sessions (held as each shell starts: the least recently used
+    /// idle one is closed, or the call waits while all are busy). Default 16.
     pub max_sessions: usize,
     /// Artifact directories older than this many days are removed at start-up. Default 7.
     pub retention_days: u64,
