@@ -123,77 +123,10 @@ impl Settings {
     }
 }
 
-/// Splits a prefix into words with shell quoting rules (single/double quotes, backslash).
+/// Splits a prefix into words with shell quoting rules (single/double quotes, backslash),
+/// by `shell-words`; an unbalanced quote is an error naming the setting.
 pub fn split_words(s: &str) -> Result<Vec<String>> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => cur.push(c),
-                        None => {
-                            return Err(Error::InvalidInput(format!(
-                                "prefix: unterminated quote in {s:?}"
-                            )))
-                        }
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c) => cur.push(c),
-                            None => {
-                                return Err(Error::InvalidInput(format!(
-                                    "prefix: trailing backslash in {s:?}"
-                                )))
-                            }
-                        },
-                        Some(c) => cur.push(c),
-                        None => {
-                            return Err(Error::InvalidInput(format!(
-                                "prefix: unterminated quote in {s:?}"
-                            )))
-                        }
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some(c) => cur.push(c),
-                    None => {
-                        return Err(Error::InvalidInput(format!(
-                            "prefix: trailing backslash in {s:?}"
-                        )))
-                    }
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    Ok(words)
+    shell_words::split(s).map_err(|e| Error::InvalidInput(format!("prefix: {e} in {s:?}")))
 }
 
 /// The non-interactive hardening environment (SPEC §6), given to every command.
@@ -258,6 +191,11 @@ mod tests {
             ["docker", "exec", "-i", "my box"]
         );
         assert_eq!(split_words("").unwrap(), Vec::<String>::new());
-        assert!(split_words("a 'b").is_err());
+        assert_eq!(
+            split_words(r#"env A="x y" B=a\ b"#).unwrap(),
+            ["env", "A=x y", "B=a b"]
+        );
+        let err = split_words("a 'b").unwrap_err().to_string();
+        assert!(err.contains("prefix: missing closing quote"), "{err}");
     }
 }

@@ -411,7 +411,10 @@ fn to_value(r: &BashResult) -> Value {
     serde_json::to_value(r).unwrap_or(Value::Null)
 }
 
-/// snake_case keys → camelCase, recursively (the reference's wire uses camelCase).
+/// snake_case keys → camelCase, recursively, nulls dropped (the reference's wire uses camelCase
+/// and omits absent values). Not serde's `rename_all`: the same `BashResult` is snake_case for
+/// Neovim and `exec --json`, and its nested records (truncation, normalized, blocked) are camelCase
+/// here too; the key conversion itself is `heck`'s.
 pub fn camel(v: Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
@@ -426,17 +429,5 @@ pub fn camel(v: Value) -> Value {
 }
 
 fn camel_key(k: &str) -> String {
-    let mut out = String::with_capacity(k.len());
-    let mut up = false;
-    for c in k.chars() {
-        if c == '_' {
-            up = true;
-        } else if up {
-            out.extend(c.to_uppercase());
-            up = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    heck::ToLowerCamelCase::to_lower_camel_case(k)
 }
