@@ -1,4 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness: failing loudly is right
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// a benchmark harness: failing loudly is right
+// The harness times blocking processes on purpose; its async part (the Neovim clients) only
+// awaits.
+#![allow(clippy::disallowed_methods)]
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
 //! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `exec`, `rss`,
 //! `abort`, `nvim`, `pty`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.

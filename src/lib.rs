@@ -18,6 +18,10 @@
 //! mode and the two pipeline tools `explain` / `sanitize`) only decode requests and encode
 //! results.
 
+// Unit tests block freely (each runs on a thread of its own); the library itself is linted
+// against blocking calls on the async runtime (clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 pub mod artifacts;
 pub mod display;
 pub mod error;

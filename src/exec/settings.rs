@@ -64,6 +64,7 @@ impl Default for Limits {
 
 impl Settings {
     /// Reads a TOML settings file.
+    #[allow(clippy::disallowed_methods)] // once, at start-up, before any command is served
     pub fn load(path: &Path) -> Result<Settings> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             Error::InvalidInput(format!("cannot read settings {}: {e}", path.display()))
@@ -191,10 +192,7 @@ mod tests {
             ["docker", "exec", "-i", "my box"]
         );
         assert_eq!(split_words("").unwrap(), Vec::<String>::new());
-        assert_eq!(
-            split_words(r#"env A="x y" B=a\ b"#).unwrap(),
-            ["env", "A=x y", "B=a b"]
-        );
+        assert_eq!(split_words(r#"env A="x y" B=a\ b"#).unwrap(), ["env", "A=x y", "B=a b"]);
         let err = split_words("a 'b").unwrap_err().to_string();
         assert!(err.contains("prefix: missing closing quote"), "{err}");
     }

@@ -20,6 +20,7 @@ pub fn state_root(settings: &Settings) -> PathBuf {
 }
 
 /// Removes artifact directories past the retention limit (SPEC §4.3); failures are only logged.
+/// Runs once at start-up, before any command is served.
 pub fn prune_artifacts(root: &Path, settings: &Settings) {
     let age = Duration::from_secs(settings.limits.retention_days * 24 * 3600);
     match crate::artifacts::prune(&root.join("sessions"), age) {
@@ -74,7 +75,8 @@ pub fn start_runtime(settings: Settings, session_id: Option<&str>) -> crate::Res
 }
 
 /// Records a finished bang command in the session's JSONL file (SPEC §10); failures are logged.
-pub fn record_bang(
+/// The file is written off the runtime thread.
+pub async fn record_bang(
     rt: &Runtime,
     command: &str,
     cwd: &Path,
@@ -89,16 +91,22 @@ pub fn record_bang(
         exclude,
     );
     let log = crate::session::SessionLog::new(rt.store().dir());
-    if let Err(e) = log.append(&rec) {
-        tracing::warn!("could not record {command:?} in {}: {e}", log.path().display());
-    }
+    let command = command.to_string();
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Err(e) = log.append(&rec) {
+            tracing::warn!("could not record {command:?} in {}: {e}", log.path().display());
+        }
+    })
+    .await;
 }
 
 /// The agent's context from the session record: `[{role = "user", content}]`, oldest first.
-pub fn context_json(rt: &Runtime) -> serde_json::Value {
+/// The record is read off the runtime thread.
+pub async fn context_json(rt: &Runtime) -> serde_json::Value {
     let log = crate::session::SessionLog::new(rt.store().dir());
+    let context = tokio::task::spawn_blocking(move || log.context()).await.unwrap_or_default();
     serde_json::Value::Array(
-        log.context()
+        context
             .into_iter()
             .map(|content| serde_json::json!({"role": "user", "content": content}))
             .collect(),
@@ -106,7 +114,9 @@ pub fn context_json(rt: &Runtime) -> serde_json::Value {
 }
 
 /// Every recorded bang command of the session, oldest first.
-pub fn history_json(rt: &Runtime) -> serde_json::Value {
+/// The record is read off the runtime thread.
+pub async fn history_json(rt: &Runtime) -> serde_json::Value {
     let log = crate::session::SessionLog::new(rt.store().dir());
-    serde_json::to_value(log.load()).unwrap_or_default()
+    let records = tokio::task::spawn_blocking(move || log.load()).await.unwrap_or_default();
+    serde_json::to_value(records).unwrap_or_default()
 }

@@ -130,11 +130,14 @@ impl Handler for Backend {
                 ]))
             }
             "ping" => Ok(Value::from("pong")),
-            "get_context" => Ok(json_to_msgpack(&super::context_json(&self.rt))),
-            "history" => Ok(json_to_msgpack(&super::history_json(&self.rt))),
+            "get_context" => Ok(json_to_msgpack(&super::context_json(&self.rt).await)),
+            "history" => Ok(json_to_msgpack(&super::history_json(&self.rt).await)),
             "artifact" => {
-                let url = params.get("url").and_then(|v| v.as_str()).unwrap_or("");
-                crate::artifacts::resolve(Some(self.rt.store()), url)
+                let url = params.get("url").and_then(|v| v.as_str()).unwrap_or("").to_string();
+                let store = self.rt.store().clone();
+                tokio::task::spawn_blocking(move || crate::artifacts::resolve(Some(&store), &url))
+                    .await
+                    .map_err(|e| Value::from(e.to_string()))?
                     .map(Value::from)
                     .map_err(|e| Value::from(e.to_string()))
             }
@@ -298,7 +301,8 @@ impl Backend {
                         std::path::Path::new(&cwd),
                         &result,
                         exclude,
-                    );
+                    )
+                    .await;
                 }
                 // With head/tail limits the model sees a selection of the stream, not its end:
                 // the card shows that selection (without colours) rather than the stream's tail.

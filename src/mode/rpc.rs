@@ -229,11 +229,11 @@ async fn handle(state: &Arc<State>, line: &str) {
         }
         "tool_call" => tool_call(state, id, obj).await,
         "get_context" => {
-            let data = json!({"messages": super::context_json(&state.rt)});
+            let data = json!({"messages": super::context_json(&state.rt).await});
             send(&state.out, response(id.as_ref(), "get_context", Ok(Some(data))));
         }
         "history" => {
-            let data = json!({"runs": super::history_json(&state.rt)});
+            let data = json!({"runs": super::history_json(&state.rt).await});
             send(&state.out, response(id.as_ref(), "history", Ok(Some(data))));
         }
         "abort_tool_call" => {
@@ -352,7 +352,7 @@ async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
     if let Ok(r) = &res {
         let cwd =
             if cwd.is_empty() { std::env::current_dir().unwrap_or_default() } else { cwd.into() };
-        super::record_bang(&state.rt, &command, &cwd, r, exclude);
+        super::record_bang(&state.rt, &command, &cwd, r, exclude).await;
     }
     let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
     send(&state.out, response(id.as_ref(), "bash", res));
