@@ -79,13 +79,25 @@ impl Display {
         Display::default()
     }
 
-    /// Takes sanitized text and the spans the sanitizer produced for it (offsets into `text`).
+    /// Takes sanitized text and the spans the sanitizer produced for it (offsets into `text`,
+    /// in order and not overlapping, as the sanitizer makes them).
+    ///
+    /// Linear in the text and the spans: each line looks only at the spans that overlap it (a
+    /// window that slides forward), not at every span of the chunk.
     pub fn push(&mut self, text: &str, spans: &[Span]) {
         let mut offset = 0;
+        let mut first = 0;
         for seg in text.split_inclusive('\n') {
             let body = seg.strip_suffix('\n');
             let content = body.unwrap_or(seg);
-            self.current.append(content, offset, spans);
+            let end = offset + seg.len();
+            // Spans that ended before this line are done with; a span that goes on past it
+            // stays the first for the next line.
+            while spans.get(first).is_some_and(|sp| sp.end <= offset) {
+                first += 1;
+            }
+            let overlapping = spans[first..].iter().take_while(|sp| sp.start < end).count();
+            self.current.append(content, offset, &spans[first..first + overlapping]);
             if body.is_some() {
                 let line = std::mem::take(&mut self.current);
                 self.bytes += line.text.len();
@@ -192,6 +204,50 @@ mod tests {
         assert_eq!(
             d.last(2, "part").iter().map(|l| l.text.as_str()).collect::<Vec<_>>(),
             ["4999", "part"]
+        );
+    }
+
+    #[test]
+    fn display_spans_per_line_in_a_chunk_of_thousands_of_lines() {
+        // One chunk, as a fast producer delivers it: every line carries its own colours, and a
+        // span that crosses line ends is split across the lines it covers.
+        let mut bytes = Vec::new();
+        for i in 0..MAX_LINES + 3000 {
+            bytes.extend(
+                format!("\x1b[3{}m{i:05}\x1b[0m plain \x1b[1mbold\x1b[0m\n", i % 8).as_bytes(),
+            );
+        }
+        bytes.extend(b"\x1b[4mwrapped\nacross\nthree\x1b[0m tail\n");
+        let mut d = Display::new();
+        feed(&mut d, &bytes);
+        let lines = d.last(MAX_LINES, "");
+        assert_eq!(lines.len(), MAX_LINES);
+        let bold = Style { bold: true, ..Style::default() };
+        let under = Style { underline: true, ..Style::default() };
+        // MAX_LINES + 3003 lines in all: the first 3003 fell out of the window.
+        let first = 3003;
+        for (row, line) in lines[..MAX_LINES - 3].iter().enumerate() {
+            let i = first + row;
+            assert_eq!(line.text, format!("{i:05} plain bold"));
+            let fg = Style { fg: Some(Color::Indexed((i % 8) as u8)), ..Style::default() };
+            assert_eq!(
+                line.spans,
+                vec![
+                    Span { start: 0, end: 5, style: fg },
+                    Span { start: 12, end: 16, style: bold }
+                ],
+                "line {i}"
+            );
+        }
+        let tail: Vec<_> =
+            lines[MAX_LINES - 3..].iter().map(|l| (&l.text[..], &l.spans[..])).collect();
+        assert_eq!(
+            tail,
+            [
+                ("wrapped", &[Span { start: 0, end: 7, style: under }][..]),
+                ("across", &[Span { start: 0, end: 6, style: under }][..]),
+                ("three tail", &[Span { start: 0, end: 5, style: under }][..]),
+            ]
         );
     }
 
