@@ -222,15 +222,12 @@ impl Runtime {
         hooks: pty::PtyHooks,
     ) -> Result<BashResult> {
         let started = Instant::now();
+        let use_pty = self.wants_pty(&req);
         // §1 normalize and §2 intercept: tool calls only; the user's own commands run verbatim.
-        let norm = match req.origin {
-            Origin::Tool => normalize::normalize(&req.command, req.head, req.tail),
-            Origin::Bang => Normalized {
-                command: req.command.trim().to_string(),
-                head: req.head,
-                tail: req.tail,
-                rewrites: Vec::new(),
-            },
+        let norm = match (req.origin, use_pty) {
+            (Origin::Tool, false) => normalize::normalize(&req.command, req.head, req.tail),
+            (Origin::Tool, true) => normalize::normalize_pty(&req.command, req.head, req.tail),
+            (Origin::Bang, _) => Normalized::verbatim(&req.command, req.head, req.tail),
         };
         if req.origin == Origin::Tool {
             if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
@@ -247,7 +244,7 @@ impl Runtime {
             return Err(Error::InvalidInput("command is empty".into()));
         }
         // §6 PTY or pipes.
-        if self.wants_pty(&req) {
+        if use_pty {
             let job = pty_path::PtyJob { norm: &norm, cwd: &cwd, timeout, started };
             return Ok(self.pty_path(job, cancel, on_update, hooks).await);
         }
@@ -302,11 +299,11 @@ impl Runtime {
         let mut feed = Feed::new(self, &norm, req.display, on_update);
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
         let end = match slot.shell.as_mut() {
-            Some(shell) => shell.run(&norm.command, &cwd, &mut feed, deadline, &cancel).await,
+            Some(shell) => shell.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await,
             None => {
                 shell::run_oneshot(
                     &self.shell_cfg,
-                    &norm.command,
+                    &norm.runnable(),
                     &cwd,
                     &mut feed,
                     deadline,
@@ -489,6 +486,8 @@ pub(crate) struct Feed {
     on_update: Option<UpdateFn>,
     /// Output arrived since the last update.
     dirty: bool,
+    /// When the head part of a head-only run became complete (SPEC §1 early close).
+    head_complete_at: Option<Instant>,
 }
 
 impl Feed {
@@ -505,6 +504,7 @@ impl Feed {
             head: norm.head,
             tail: norm.tail,
             artifact_cap: limits.artifact_cap_bytes,
+            close_after_head: norm.close_after_head,
         };
         Feed {
             sink: Sink::new(config, Some(rt.store.clone())),
@@ -515,6 +515,7 @@ impl Feed {
             throttle: Throttle::new(LIVE_UPDATE_INTERVAL),
             on_update,
             dirty: false,
+            head_complete_at: None,
         }
     }
 
@@ -531,6 +532,9 @@ impl Feed {
         }
         // Hands the buffer to the artifact writer instead of copying it (leaves it empty).
         self.sink.push_owned(&mut self.text);
+        if self.head_complete_at.is_none() && self.sink.head_complete() {
+            self.head_complete_at = Some(Instant::now());
+        }
     }
 
     /// A live update if the throttle allows one, else remembers that one is due. `screen` is
@@ -591,6 +595,10 @@ impl shell::OutputSink for Feed {
 
     fn idle(&mut self) {
         Feed::idle(self, None);
+    }
+
+    fn close_at(&self) -> Option<Instant> {
+        self.head_complete_at.map(|t| t + crate::sink::HEAD_CLOSE_AFTER)
     }
 }
 

@@ -186,11 +186,17 @@ impl Interceptor {
             .collect();
         // Tool names as callers type them (`--tools ' read , grep'`).
         let offered = |tool: &str| tools.iter().any(|t| t.trim() == tool);
+        let whole = normalized_command.trim();
         let rule = self.rules.iter().filter(|rule| offered(&rule.tool)).find(|rule| {
-            commands.iter().any(|command| match rule.refinement {
-                Some(refinement) => refinement.matches(&rule.regex, command),
-                None => rule.regex.is_match(command.text()),
-            })
+            match rule.refinement {
+                Some(refinement) => commands.iter().any(|c| refinement.matches(&rule.regex, c)),
+                // Also the whole line, so a rule written for the reference, which saw only the
+                // whole line, still fires (`^git add .* && git commit`).
+                None => {
+                    rule.regex.is_match(whole)
+                        || commands.iter().any(|c| rule.regex.is_match(c.text()))
+                }
+            }
         })?;
         Some(Block {
             blocked: true,
@@ -309,9 +315,16 @@ fn perl_in_place(argv: &[&str]) -> bool {
     false
 }
 
+/// Devices a redirection may name without writing a file (SPEC §2).
+const NOT_FILES: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"];
+
 /// Whether a redirection sends stdout into a real file.
 fn writes_stdout_to_file(op: &str, target: &str) -> bool {
-    if target.is_empty() || target.starts_with("/dev/") {
+    let target = unquote(target);
+    let target = target.as_str();
+    let fd_path =
+        target.strip_prefix("/dev/fd/").is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+    if target.is_empty() || NOT_FILES.contains(&target) || fd_path {
         return false;
     }
     let fd = op.trim_end_matches(|c: char| !c.is_ascii_digit());
@@ -325,6 +338,27 @@ fn writes_stdout_to_file(op: &str, target: &str) -> bool {
         ">&" => !(target == "-" || target.bytes().all(|b| b.is_ascii_digit())),
         _ => false,
     }
+}
+
+/// A word with its quotes and backslashes removed (`"/dev/"'null'` → `/dev/null`); expansions
+/// stay as written, so `"$out"` is still a name only known at run time.
+fn unquote(word: &str) -> String {
+    let mut out = String::with_capacity(word.len());
+    let mut chars = word.chars();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '\\') | (Some('"'), '\\') => {
+                if let Some(next) = chars.next() {
+                    out.push(next);
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -496,6 +530,62 @@ mod tests {
         assert_eq!(check("wget x").map(|b| b.0), Some(2));
         assert_eq!(check("echo 'a\nb'").map(|b| b.0), Some(3));
         assert_eq!(check("ls"), None);
+    }
+
+    #[test]
+    fn intercept_rules_also_see_the_whole_line() {
+        let rules = vec![Rule {
+            pattern: "^git add .* && git commit".into(),
+            flags: None,
+            tool: "commit".into(),
+            message: "Use the commit tool.".into(),
+        }];
+        let interceptor = enabled(Some(rules));
+        let offered = tools(&["commit"]);
+        let check = |c: &str| interceptor.check(c, Some(&offered)).map(|b| b.rule);
+        assert_eq!(check("git add -A && git commit -m x"), Some(0));
+        assert_eq!(check("  git add . && git commit  "), Some(0));
+        assert_eq!(check("git add -A"), None);
+        // Refined default rules stay per command: the whole line `ps | grep x` is no grep.
+        let defaults = enabled(None);
+        let all = tools(ALL_TOOLS);
+        assert_eq!(defaults.check("cat <<EOF > f\nx\nEOF", Some(&all)).map(|b| b.rule), Some(6));
+        assert_eq!(defaults.check("ps aux | grep x", Some(&all)), None);
+    }
+
+    #[test]
+    fn intercept_device_redirections_quoted_or_not_are_not_writes() {
+        let interceptor = enabled(None);
+        let all = tools(ALL_TOOLS);
+        let check = |c: &str| interceptor.check(c, Some(&all)).map(|b| b.rule);
+        for c in [
+            "echo x > /dev/null",
+            "echo x > \"/dev/null\"",
+            "echo x >'/dev/null'",
+            "echo x > \"/dev/\"null",
+            "echo x > /dev/stderr",
+            "printf x >> '/dev/stdout'",
+            "echo x > \"/dev/tty\"",
+            "echo x >/dev/fd/2",
+        ] {
+            assert_eq!(check(c), None, "{c}");
+        }
+        for c in ["echo x > \"out.txt\"", "echo x > /dev/shm/f", "echo x > \"$out\""] {
+            assert_eq!(check(c), Some(6), "{c}");
+        }
+    }
+
+    #[test]
+    fn intercept_a_line_break_after_a_pipe_continues_the_pipeline() {
+        let interceptor = enabled(None);
+        let all = tools(ALL_TOOLS);
+        let check = |c: &str| interceptor.check(c, Some(&all)).map(|b| b.rule);
+        for c in ["cmd | grep x", "cmd |\ngrep x", "cmd |  \n\n  grep x", "cmd | # filter\n grep x"]
+        {
+            assert_eq!(check(c), None, "{c:?}");
+        }
+        assert_eq!(check("cmd\ngrep x f"), Some(1));
+        assert_eq!(check("cmd &&\ngrep x f"), Some(1));
     }
 
     #[test]

@@ -16,24 +16,73 @@ pub struct Rewrite {
 }
 
 /// The command as it will run, plus the line limits to apply to its output.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct Normalized {
     pub command: String,
     pub head: Option<usize>,
     pub tail: Option<usize>,
     pub rewrites: Vec<Rewrite>,
+    /// Where, in `command`, the pipeline whose `| head`/`| tail` stage was removed starts. Under
+    /// bash every stage of a pipeline runs in a subshell, so [`Normalized::runnable`] runs that
+    /// pipeline in one too: `x=1 | head -5` leaves the session's `x` alone, `exec ls | head -5`
+    /// does not replace the session's shell, and the SIGPIPE of an early close ends the
+    /// subshell, never the session.
+    #[serde(skip)]
+    pub pipeline_start: Option<usize>,
+    /// The head limit came from the command (not from the caller) and no tail applies: the
+    /// output may be closed early once the head part is complete (SPEC §1, head-only rule). An
+    /// explicit `head` only limits what is shown.
+    #[serde(skip)]
+    pub close_after_head: bool,
+}
+
+impl Normalized {
+    /// The text the shell runs: `command`, with the stripped pipeline in a subshell.
+    pub fn runnable(&self) -> std::borrow::Cow<'_, str> {
+        match self.pipeline_start.filter(|&at| at < self.command.len()) {
+            Some(at) => {
+                let (before, pipeline) = self.command.split_at(at);
+                format!("{before}( {pipeline} )").into()
+            }
+            None => self.command.as_str().into(),
+        }
+    }
+
+    /// A bang command: run verbatim, no rewrites (SPEC §8.2).
+    pub fn verbatim(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
+        Normalized { command: command.trim().to_string(), head, tail, ..Default::default() }
+    }
 }
 
 /// Normalizes `command`; explicit `head` / `tail` override the extracted value of the same kind.
 ///
 /// Rewrites are made only at the end of the command and only at top level of the shell syntax
 /// (see [`shellwords`]), so the result is always a prefix of the trimmed command. At most one
-/// `| head` / `| tail` stage is removed; a redundant trailing `2>&1` is removed whenever it
-/// becomes the end, before or after that stage (`cmd 2>&1 | head -n 5` → `cmd`, head 5).
+/// `| head` / `| tail` stage is removed, and only when removing it cannot change what the
+/// command prints (SPEC §1, fidelity first: see [`pipeline_start`]); a redundant trailing
+/// `2>&1` is removed whenever it becomes the end, before or after that stage
+/// (`cmd 2>&1 | head -n 5` → `cmd`, head 5).
 pub fn normalize(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
+    normalize_with(command, head, tail, true)
+}
+
+/// [`normalize`] for a PTY run: a head-only stage stays in the command, so the real `head`
+/// ends the producer as promptly as under bash (a terminal has no pipe we could close); a
+/// `| tail` stage is still removed, so the terminal shows the live output.
+pub fn normalize_pty(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
+    normalize_with(command, head, tail, false)
+}
+
+fn normalize_with(
+    command: &str,
+    head: Option<usize>,
+    tail: Option<usize>,
+    strip_head_only: bool,
+) -> Normalized {
     let mut current = command.trim();
     let mut rewrites = Vec::new();
     let mut stage_removed = false;
+    let mut pipeline_at = None;
     loop {
         let tokens = shellwords::tokenize(current);
         // Cuts end at the previous token rather than trimming, so an escaped trailing space
@@ -48,28 +97,35 @@ pub fn normalize(command: &str, head: Option<usize>, tail: Option<usize>) -> Nor
             continue;
         }
         if !stage_removed {
-            if let Some((cut, rewrite)) = trailing_head_tail(current, &tokens) {
-                rewrites.push(rewrite);
-                current = &current[..cut];
-                stage_removed = true;
-                continue;
+            if let Some((cut, rewrite, start)) = trailing_head_tail(current, &tokens) {
+                let head_only = rewrite.head.is_some() && tail.is_none();
+                if strip_head_only || !head_only {
+                    rewrites.push(rewrite);
+                    current = &current[..cut];
+                    pipeline_at = Some(start);
+                    stage_removed = true;
+                    continue;
+                }
             }
         }
         break;
     }
     let extracted_head = rewrites.iter().find_map(|r| r.head);
     let extracted_tail = rewrites.iter().find_map(|r| r.tail);
+    let tail = tail.or(extracted_tail);
     Normalized {
         command: current.to_string(),
         head: head.or(extracted_head),
-        tail: tail.or(extracted_tail),
+        tail,
         rewrites,
+        pipeline_start: pipeline_at,
+        close_after_head: head.is_none() && extracted_head.is_some() && tail.is_none(),
     }
 }
 
 /// Finds a last pipeline stage `| head -n N` (or `-nN`, `-N`; same for `tail`) that ends the
 /// command; returns where the remaining command ends and the rewrite to report.
-fn trailing_head_tail(src: &str, tokens: &[Token]) -> Option<(usize, Rewrite)> {
+fn trailing_head_tail(src: &str, tokens: &[Token]) -> Option<(usize, Rewrite, usize)> {
     let pipe = tokens.iter().rposition(Token::is_op)?;
     let stage = &tokens[pipe + 1..];
     // Something must come before the pipe, and nothing (a comment, a heredoc body) after the
@@ -90,13 +146,162 @@ fn trailing_head_tail(src: &str, tokens: &[Token]) -> Option<(usize, Rewrite)> {
         _ => return None,
     };
     let count = line_count(count)?;
+    let start = tokens[pipeline_start(src, &tokens[..pipe])?].start;
     let removed = src[tokens[pipe].start..].to_string();
     let cut = tokens[pipe - 1].end;
     match name {
-        "head" => Some((cut, Rewrite { removed, head: Some(count), tail: None })),
-        "tail" => Some((cut, Rewrite { removed, head: None, tail: Some(count) })),
+        "head" => Some((cut, Rewrite { removed, head: Some(count), tail: None }, start)),
+        "tail" => Some((cut, Rewrite { removed, head: None, tail: Some(count) }, start)),
         _ => None,
     }
+}
+
+/// The index of the first token of the pipeline that ends `tokens` (everything before a
+/// `| head` stage), when stripping that stage cannot change what the command prints (SPEC §1,
+/// fidelity first): the pipeline is the whole command, or every top-level command before it
+/// prints nothing by construction ([`is_silent`]) and is joined to the next by `&&` or `;`.
+/// `None` when the stage must stay: `echo a; echo b | head -1` prints `a` and `b`.
+///
+/// Compound commands (`{ … }`, `( … )`, `if`/`case`/loops) are followed through their reserved
+/// words, so their inner `;` is not taken for a top-level one; anything unbalanced keeps the
+/// stage.
+fn pipeline_start(src: &str, tokens: &[Token]) -> Option<usize> {
+    let mut stack: Vec<&str> = Vec::new();
+    let mut command_word = true;
+    let mut after_redirect = false;
+    // Top-level list separators: (token index, operator).
+    let mut separators: Vec<(usize, Op)> = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        match t.kind {
+            TokenKind::Redirect => after_redirect = true,
+            TokenKind::Word if after_redirect => after_redirect = false,
+            TokenKind::Word if command_word => {
+                command_word = false;
+                match t.text(src) {
+                    "{" | "if" | "while" | "until" => {
+                        stack.push(if t.text(src) == "{" { "{" } else { "compound" });
+                        command_word = true;
+                    }
+                    "for" | "select" => stack.push("compound"),
+                    "case" => stack.push("case"),
+                    "then" | "else" | "elif" | "do" | "!" | "time" => command_word = true,
+                    "}" => (stack.pop()? == "{").then_some(())?,
+                    "fi" | "done" => (stack.pop()? == "compound").then_some(())?,
+                    "esac" => (stack.pop()? == "case").then_some(())?,
+                    _ => {}
+                }
+            }
+            TokenKind::Word => {}
+            TokenKind::Op(op) => {
+                command_word = true;
+                match op {
+                    Op::LParen => stack.push("("),
+                    Op::RParen => match stack.last() {
+                        Some(&"(") => {
+                            stack.pop();
+                        }
+                        // A `case` pattern's closing parenthesis.
+                        Some(&"case") => {}
+                        _ => return None,
+                    },
+                    Op::Pipe | Op::PipeAmp => {}
+                    _ if stack.is_empty() => separators.push((i, op)),
+                    _ => {}
+                }
+            }
+        }
+    }
+    if !stack.is_empty() {
+        return None;
+    }
+    let start = separators.last().map_or(0, |&(last, _)| last + 1);
+    // Every command before the pipeline, each with the operator that follows it.
+    let mut from = 0;
+    for &(at, op) in &separators {
+        let joined = match op {
+            Op::AndIf => true,
+            Op::Semi | Op::Newline => false,
+            _ => return None,
+        };
+        is_silent(src, &tokens[from..at], joined).then_some(())?;
+        from = at + 1;
+    }
+    // The pipeline must not start with `!` or `time`, which act on the whole pipeline.
+    let first = tokens.get(start)?;
+    (!matches!(first.text(src), "!" | "time")).then_some(start)
+}
+
+/// Whether a top-level command prints nothing by construction (SPEC §1): `cd DIR`, `export`,
+/// `unset`, plain assignments, `set`/`shopt` options, `:`/`true`. No redirections, no command
+/// or process substitutions (they could print). `cd` only before `&&`: when it fails it prints
+/// an error and, after `;`, the next command would still run, so a limit would cut around it.
+fn is_silent(src: &str, tokens: &[Token], before_and: bool) -> bool {
+    if tokens.is_empty() || tokens.iter().any(|t| t.kind != TokenKind::Word) {
+        return false;
+    }
+    let words: Vec<&str> = tokens.iter().map(|t| t.text(src)).collect();
+    if words
+        .iter()
+        .any(|w| w.contains("$(") || w.contains('`') || w.contains("<(") || w.contains(">("))
+    {
+        return false;
+    }
+    let is_assignment = |w: &str| {
+        w.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && !name.as_bytes()[0].is_ascii_digit()
+        })
+    };
+    let argv: Vec<&str> = words.iter().copied().skip_while(|w| is_assignment(w)).collect();
+    let Some((&name, args)) = argv.split_first() else {
+        return true; // plain assignments
+    };
+    if argv.len() != words.len() {
+        // `X=1 cmd`: an assignment in front of a command is that command's environment.
+        return false;
+    }
+    match name {
+        ":" | "true" => true,
+        "cd" => before_and && !args.contains(&"-"),
+        "export" => !args.is_empty() && !args.contains(&"-p"),
+        "unset" => !args.is_empty(),
+        "set" => silent_set(args),
+        "shopt" => {
+            args.iter().any(|a| matches!(*a, "-s" | "-u"))
+                && args.iter().any(|a| !a.starts_with('-'))
+                && !args.contains(&"-p")
+        }
+        _ => false,
+    }
+}
+
+/// `set` with options only, none of which prints (`-x`, `-v` trace what runs; a lone `-o`
+/// lists the options).
+fn silent_set(args: &[&str]) -> bool {
+    if args.is_empty() {
+        return false;
+    }
+    let mut expect_name = false;
+    for a in args {
+        if expect_name {
+            if matches!(*a, "xtrace" | "verbose") {
+                return false;
+            }
+            expect_name = false;
+        } else if *a == "-o" || *a == "+o" {
+            expect_name = true;
+        } else if let Some(flags) = a.strip_prefix('-').or_else(|| a.strip_prefix('+')) {
+            if flags.is_empty() || flags.starts_with('-') || flags.contains(['x', 'v']) {
+                return false;
+            }
+            // `-euo pipefail`: a trailing `o` takes the next word as an option name.
+            expect_name = flags.ends_with('o');
+        } else {
+            return false;
+        }
+    }
+    !expect_name
 }
 
 /// A positive decimal line count. `0` is refused: `head -0` means "no lines", which as a limit
@@ -288,6 +493,152 @@ mod tests {
             &[],
         ),
         ("printf 'a\\tb'  \t  | wc", None, None, "printf 'a\\tb'  \t  | wc", None, None, &[]),
+        // Fidelity first: stripped only when nothing before the pipeline prints (SPEC §1).
+        ("echo a; echo b | head -1", None, None, "echo a; echo b | head -1", None, None, &[]),
+        ("echo a; seq 1 5 | tail -2", None, None, "echo a; seq 1 5 | tail -2", None, None, &[]),
+        ("echo a\nseq 9 | tail -2", None, None, "echo a\nseq 9 | tail -2", None, None, &[]),
+        (
+            "cd src && cargo test | tail -20",
+            None,
+            None,
+            "cd src && cargo test",
+            None,
+            Some(20),
+            &["| tail -20"],
+        ),
+        (
+            "cd src; cargo test | tail -20",
+            None,
+            None,
+            "cd src; cargo test | tail -20",
+            None,
+            None,
+            &[],
+        ),
+        ("cd - && x | head -1", None, None, "cd - && x | head -1", None, None, &[]),
+        (
+            "export A=1; make | tail -5",
+            None,
+            None,
+            "export A=1; make",
+            None,
+            Some(5),
+            &["| tail -5"],
+        ),
+        ("export -p; make | tail -5", None, None, "export -p; make | tail -5", None, None, &[]),
+        (
+            "set -o pipefail; make | head -3",
+            None,
+            None,
+            "set -o pipefail; make",
+            Some(3),
+            None,
+            &["| head -3"],
+        ),
+        (
+            "set -euo pipefail\nmake | head -3",
+            None,
+            None,
+            "set -euo pipefail\nmake",
+            Some(3),
+            None,
+            &["| head -3"],
+        ),
+        ("set -x; make | head -3", None, None, "set -x; make | head -3", None, None, &[]),
+        ("set -o; make | head -3", None, None, "set -o; make | head -3", None, None, &[]),
+        ("set; make | head -3", None, None, "set; make | head -3", None, None, &[]),
+        (
+            "shopt -s globstar; ls | head -3",
+            None,
+            None,
+            "shopt -s globstar; ls",
+            Some(3),
+            None,
+            &["| head -3"],
+        ),
+        ("shopt -s; ls | head -3", None, None, "shopt -s; ls | head -3", None, None, &[]),
+        (
+            "x=1 && y=2; make | tail -3",
+            None,
+            None,
+            "x=1 && y=2; make",
+            None,
+            Some(3),
+            &["| tail -3"],
+        ),
+        (
+            ": && true; unset A; make | tail -3",
+            None,
+            None,
+            ": && true; unset A; make",
+            None,
+            Some(3),
+            &["| tail -3"],
+        ),
+        ("X=1 make | tail -2", None, None, "X=1 make", None, Some(2), &["| tail -2"]),
+        ("X=1 echo a; make | tail -2", None, None, "X=1 echo a; make | tail -2", None, None, &[]),
+        (
+            "export F=$(date) && x | head -2",
+            None,
+            None,
+            "export F=$(date) && x | head -2",
+            None,
+            None,
+            &[],
+        ),
+        (
+            "cd x 2>/dev/null && y | head -2",
+            None,
+            None,
+            "cd x 2>/dev/null && y | head -2",
+            None,
+            None,
+            &[],
+        ),
+        ("a || b | tail -3", None, None, "a || b | tail -3", None, None, &[]),
+        ("a & b | tail -3", None, None, "a & b | tail -3", None, None, &[]),
+        (
+            "if x; then y; fi | head -3",
+            None,
+            None,
+            "if x; then y; fi",
+            Some(3),
+            None,
+            &["| head -3"],
+        ),
+        (
+            "for i in 1 2; do echo $i; done | head -1",
+            None,
+            None,
+            "for i in 1 2; do echo $i; done",
+            Some(1),
+            None,
+            &["| head -1"],
+        ),
+        (
+            "while read l; do echo $l; done < f | tail -1",
+            None,
+            None,
+            "while read l; do echo $l; done < f",
+            None,
+            Some(1),
+            &["| tail -1"],
+        ),
+        (
+            "case x in a) y;; *) z;; esac | head -2",
+            None,
+            None,
+            "case x in a) y;; *) z;; esac",
+            Some(2),
+            None,
+            &["| head -2"],
+        ),
+        ("f() { echo; }; f | head -2", None, None, "f() { echo; }; f | head -2", None, None, &[]),
+        ("cd x && (a; b) | tail -2", None, None, "cd x && (a; b)", None, Some(2), &["| tail -2"]),
+        ("! x | head -2", None, None, "! x | head -2", None, None, &[]),
+        ("time x | head -2", None, None, "time x | head -2", None, None, &[]),
+        ("{ a; b; } && c | head -2", None, None, "{ a; b; } && c | head -2", None, None, &[]),
+        ("if x; then y | head -2", None, None, "if x; then y | head -2", None, None, &[]),
         // `2>&1`.
         ("make 2>&1", None, None, "make", None, None, &["2>&1"]),
         ("make 2>&1 | head -n 5", None, None, "make", Some(5), None, &["| head -n 5", "2>&1"]),
@@ -324,6 +675,47 @@ mod tests {
                 "input {input:?}"
             );
         }
+    }
+
+    #[test]
+    fn normalize_runs_the_stripped_pipeline_in_a_subshell() {
+        let cases: &[(&str, &str)] = &[
+            ("cd src && cargo test | tail -20", "cd src && ( cargo test )"),
+            ("yes | head -n 5", "( yes )"),
+            ("x=1 | head -5", "( x=1 )"),
+            ("a | b | tail -2", "( a | b )"),
+            ("make 2>&1 | head -n 5", "( make )"),
+            ("make 2>&1", "make"),
+            ("ls", "ls"),
+        ];
+        for &(input, want) in cases {
+            assert_eq!(normalize(input, None, None).runnable(), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn only_an_extracted_head_may_close_the_output() {
+        assert!(normalize("yes | head -n 5", None, None).close_after_head);
+        // A caller's head only limits what is shown; a tail needs the whole stream.
+        assert!(!normalize("yes", Some(5), None).close_after_head);
+        assert!(!normalize("yes | head -n 5", Some(3), None).close_after_head);
+        assert!(!normalize("yes | head -n 5", None, Some(2)).close_after_head);
+        assert!(!normalize("a | head -5 | tail -2", None, None).close_after_head);
+    }
+
+    #[test]
+    fn a_pty_run_keeps_a_head_only_stage() {
+        let got = normalize_pty("yes | head -n 5", None, None);
+        assert_eq!(
+            (got.command.as_str(), got.head, got.rewrites.len()),
+            ("yes | head -n 5", None, 0)
+        );
+        assert!(!got.close_after_head);
+        let got = normalize_pty("make 2>&1 | tail -3", None, None);
+        assert_eq!((got.command.as_str(), got.tail), ("make", Some(3)));
+        // With a caller's tail the head stage is not head-only: it is stripped as usual.
+        let got = normalize_pty("seq 9 | head -5", None, Some(2));
+        assert_eq!((got.command.as_str(), got.head, got.tail), ("seq 9", Some(5), Some(2)));
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub struct Truncation {
     pub artifact_id: Option<u64>,
     /// The window's byte limit, as the notice shows it (renderers word their own warning).
     pub limit_bytes: u64,
+    /// The window's line limit, which the notice names when lines cut (`truncated_by`).
+    pub limit_lines: u64,
 }
 
 /// Which end of the output the window keeps; the sink always keeps the tail.
@@ -135,6 +137,10 @@ pub fn shape(
         output_bytes: sink.output_bytes,
         artifact_id: sink.artifact_id,
         limit_bytes,
+        limit_lines: match sink.max_lines {
+            0 => crate::sink::DEFAULT_MAX_LINES as u64,
+            n => n,
+        },
     });
 
     let annotation = match outcome {
@@ -208,15 +214,16 @@ pub fn format_size(bytes: u64) -> String {
     format!("{value:.1}GB")
 }
 
-/// `[Showing lines A-B of T (<size> limit). Full: artifact://<id>]`.
-/// `[Showing lines A-B of T (<size> limit). Full: artifact://<id>]` (SPEC §7).
+/// `[Showing lines A-B of T (<limit> limit). Full: artifact://<id>]` (SPEC §7), naming the limit
+/// that cut: `50.0KB` when bytes did, `2000 lines` when lines did.
 pub fn truncation_notice(truncation: &Truncation, limit_bytes: u64) -> String {
     let ShownRange { start, end } = truncation.shown_range;
-    let mut notice = format!(
-        "[Showing lines {start}-{end} of {} ({} limit)",
-        truncation.total_lines,
-        format_size(limit_bytes)
-    );
+    let limit = match truncation.truncated_by {
+        TruncatedBy::Lines => format!("{} lines", truncation.limit_lines),
+        TruncatedBy::Bytes => format_size(limit_bytes),
+    };
+    let mut notice =
+        format!("[Showing lines {start}-{end} of {} ({limit} limit)", truncation.total_lines);
     if let Some(id) = truncation.artifact_id {
         notice.push_str(&format!(". Full: artifact://{id}"));
     }
@@ -340,6 +347,24 @@ mod tests {
     }
 
     #[test]
+    fn notice_names_the_limit_that_cut() {
+        let by_lines = SinkOutput {
+            truncated_by: Some(TruncatedBy::Lines),
+            max_lines: 2000,
+            ..truncated("t\n", Some(4))
+        };
+        let text = text(by_lines, Outcome::Exited(0));
+        assert!(
+            text.ends_with(
+                "[Showing lines 9001-10000 of 10000 (2000 lines limit). Full: artifact://4]"
+            ),
+            "{text}"
+        );
+        let text = super::tests::text(truncated("t\n", Some(4)), Outcome::Exited(0));
+        assert!(text.ends_with("(50.0KB limit). Full: artifact://4]"), "{text}");
+    }
+
+    #[test]
     fn format_size_table() {
         let cases = [
             (0, "0B"),
@@ -447,6 +472,7 @@ mod tests {
                 "output_bytes": 51100,
                 "artifact_id": 3,
                 "limit_bytes": 51200,
+                "limit_lines": 2000,
             })
         );
         let without_artifact =

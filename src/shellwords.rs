@@ -208,6 +208,11 @@ pub fn simple_commands(src: &str) -> Vec<SimpleCommand<'_>> {
     };
     for token in tokenize(src) {
         if let TokenKind::Op(op) = token.kind {
+            // A line break before the next command has started (after `|`, `&&`, `;`, or a
+            // blank line) continues the same list: `cmd |⏎ grep x` is one pipeline.
+            if op == Op::Newline && current.is_empty() {
+                continue;
+            }
             flush(&mut current, piped);
             piped = matches!(op, Op::Pipe | Op::PipeAmp);
         } else {

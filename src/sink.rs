@@ -45,6 +45,8 @@ pub struct SinkOutput {
     /// 1-based inclusive line range of the full output that `text` shows.
     pub shown_range: Option<(u64, u64)>,
     pub artifact_id: Option<u64>,
+    /// The window's line limit (0: the default), which the notice names when lines cut.
+    pub max_lines: u64,
 }
 
 /// Window size limit in bytes (SPEC §4.2: 50 KiB).
@@ -57,6 +59,10 @@ pub const DEFAULT_MAX_LINES: usize = 2000;
 /// to close the pipe (SPEC §1 Ours): the artifact gets this much more, then the producer gets
 /// SIGPIPE as under `| head`.
 pub const HEAD_DRAIN: usize = 1 << 20;
+
+/// ... or this long after the N-th line, whichever comes first: a slow producer
+/// (`while :; do echo x; sleep 0.1; done | head -n 3`) ends as promptly as under bash.
+pub const HEAD_CLOSE_AFTER: Duration = Duration::from_millis(100);
 
 /// Minimum time between two live updates of one command: at most 20 per second (SPEC §4.2).
 pub const LIVE_UPDATE_INTERVAL: Duration = Duration::from_millis(50);
@@ -77,6 +83,10 @@ pub struct SinkConfig {
     pub tail: Option<usize>,
     /// Size cap of the artifact file in bytes.
     pub artifact_cap: u64,
+    /// The head limit was extracted from the command (`| head -n N`), so the stream may be
+    /// closed once the head part is complete ([`Sink::should_close`]); a caller's explicit head
+    /// only limits what is shown (SPEC §1).
+    pub close_after_head: bool,
 }
 
 impl Default for SinkConfig {
@@ -87,6 +97,7 @@ impl Default for SinkConfig {
             head: None,
             tail: None,
             artifact_cap: DEFAULT_ARTIFACT_CAP,
+            close_after_head: false,
         }
     }
 }
@@ -95,6 +106,7 @@ impl Default for SinkConfig {
 #[derive(Debug)]
 pub struct Sink {
     tail_limit: Option<usize>,
+    close_after_head: bool,
     artifact_cap: u64,
     store: Option<Arc<ArtifactStore>>,
     /// The tail window over the whole stream; also carries the stream's counters.
@@ -114,6 +126,7 @@ impl Sink {
         let max_lines = config.max_lines.max(1);
         Self {
             tail_limit: config.tail,
+            close_after_head: config.close_after_head,
             artifact_cap: config.artifact_cap,
             store,
             window: Window::new(max_bytes, max_lines),
@@ -195,17 +208,25 @@ impl Sink {
 
     /// Whether the executor should close the output pipe now (SPEC §1 Ours, head-only rule).
     ///
-    /// True exactly when a head limit is set and no tail limit, the head part is complete (its
-    /// N lines, each with its newline, have been pushed) and at least [`HEAD_DRAIN`] bytes have
-    /// been pushed after it. The producer then gets SIGPIPE on its next write, as it would
-    /// under `| head -n N`; the artifact holds the head part and up to about 1 MiB more.
+    /// True exactly when the head limit came from the command ([`SinkConfig::close_after_head`]),
+    /// the head part is complete (its N lines, each with its newline, have been pushed) and at
+    /// least [`HEAD_DRAIN`] bytes have been pushed after it. The producer then gets SIGPIPE on
+    /// its next write, as it would under `| head -n N`; the artifact holds the head part and up
+    /// to about 1 MiB more. The other bound of the rule (100 ms after the N-th line) is the
+    /// executor's clock: see [`Sink::head_complete`].
     pub fn should_close(&self) -> bool {
-        match (&self.head, self.tail_limit) {
-            (Some(head), None) if head.remaining == 0 => {
+        match &self.head {
+            Some(head) if self.close_after_head && head.remaining == 0 => {
                 self.window.pushed_bytes - head.window.pushed_bytes >= HEAD_DRAIN as u64
             }
             _ => false,
         }
+    }
+
+    /// Whether the stream may be closed early and its head part is complete: from then on the
+    /// executor closes the stream at the latest [`HEAD_CLOSE_AFTER`] later.
+    pub fn head_complete(&self) -> bool {
+        self.close_after_head && self.head.as_ref().is_some_and(|h| h.remaining == 0)
     }
 
     /// Ends the stream: finishes the artifact and shapes the model-facing text.
@@ -252,6 +273,7 @@ impl Sink {
             truncated_by,
             shown_range,
             artifact_id: self.artifact_id,
+            max_lines: self.window.max_lines as u64,
         }
     }
 
@@ -798,7 +820,8 @@ mod tests {
 
     #[test]
     fn sink_asks_to_close_after_head_and_a_mebibyte() {
-        let head_only = SinkConfig { head: Some(2), ..SinkConfig::default() };
+        let head_only =
+            SinkConfig { head: Some(2), close_after_head: true, ..SinkConfig::default() };
         let mut sink = Sink::new(head_only, None);
         sink.push("1\n2");
         assert!(!sink.should_close());
@@ -813,8 +836,8 @@ mod tests {
         assert!(sink.should_close());
         assert_eq!(sink.finish().text, "1\n2\n");
 
-        // Never with a tail limit, or without a head limit.
-        for (head, tail) in [(Some(2), Some(1)), (None, None), (None, Some(1))] {
+        // Never with a tail limit, without a head limit, or with a caller's head (not extracted).
+        for (head, tail) in [(Some(2), Some(1)), (None, None), (None, Some(1)), (Some(2), None)] {
             let mut sink = Sink::new(SinkConfig { head, tail, ..SinkConfig::default() }, None);
             sink.push(&"z\n".repeat(HEAD_DRAIN));
             assert!(!sink.should_close());
@@ -925,7 +948,7 @@ mod tests {
             head in prop::option::of(0usize..10),
             tail in prop::option::of(0usize..10),
         ) {
-            let config = SinkConfig { max_bytes, max_lines, head, tail, artifact_cap: 1 << 20 };
+            let config = SinkConfig { max_bytes, max_lines, head, tail, artifact_cap: 1 << 20, close_after_head: false };
             let chunks = split(&text, &cuts);
             let (windows, out, artifact) = run_with_store(&config, &chunks);
             let (_, whole, whole_artifact) = run_with_store(&config, &[&text]);

@@ -437,8 +437,10 @@ function H.truncation_warning(s)
   if not r or not r.truncated or s.full_lines then
     return nil
   end
-  local limit = (r.truncation and r.truncation.limit_bytes) or M.DEFAULT_LIMIT_BYTES
-  local tail = ('Truncated: %d lines shown (%s limit)'):format(r.output_lines or 0, M.format_size(limit))
+  local tr = r.truncation or {}
+  local limit = tr.truncated_by == 'lines' and tr.limit_lines and ('%d lines'):format(tr.limit_lines)
+    or M.format_size(tr.limit_bytes or M.DEFAULT_LIMIT_BYTES)
+  local tail = ('Truncated: %d lines shown (%s limit)'):format(r.output_lines or 0, limit)
   if r.artifact_id then
     return ('Full output: artifact://%d. %s'):format(r.artifact_id, tail)
   end

@@ -90,7 +90,7 @@ end
 function M.card_state(entry)
   local meta = entry.meta or {}
   local lines = entry.output ~= '' and require('agent_bash.artifact').split(entry.output) or {}
-  local limit = H.notice_limit(meta.notice)
+  local limit, limit_lines = H.notice_limit(meta.notice)
   ---@type agent_bash.BashResult
   local result = {
     output = entry.output,
@@ -105,7 +105,9 @@ function M.card_state(entry)
     artifact_id = meta.artifact_id,
     duration_ms = meta.duration_ms or 0,
     is_error = not entry.cancelled and entry.exit_code ~= 0,
-    truncation = limit and { limit_bytes = limit } or nil,
+    truncation = (limit or limit_lines)
+        and { limit_bytes = limit, limit_lines = limit_lines, truncated_by = limit_lines and 'lines' or 'bytes' }
+      or nil,
   }
   return {
     origin = 'bang',
@@ -141,6 +143,10 @@ H.units = { B = 1, KB = 1024, MB = 1024 ^ 2, GB = 1024 ^ 3 }
 ---@param notice? string
 ---@return integer?
 function H.notice_limit(notice)
+  local lines = (notice or ''):match('%((%d+) lines limit%)')
+  if lines then
+    return nil, tonumber(lines)
+  end
   local value, unit = (notice or ''):match('%(([%d.]+)(%a+) limit%)')
   if not value or not H.units[unit] then
     return nil

@@ -78,9 +78,10 @@ impl Runtime {
         let mut cfg = self.shell_cfg.clone();
         cfg.snapshot = self.snapshot().await;
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
-        // The terminal cannot be closed early as a pipe can (SPEC §1's head-only rule): the
-        // program owns it until it exits, so the sink just keeps its head part.
-        let end = pty::run(&cfg, &norm.command, cwd, hooks, deadline, &cancel, &mut out).await;
+        // A terminal cannot be closed early as a pipe can (SPEC §1's head-only rule), so a
+        // head-only `| head -n N` stage stayed in the command ([`crate::normalize::normalize_pty`]):
+        // the real `head` ends the producer exactly as under bash.
+        let end = pty::run(&cfg, &norm.runnable(), cwd, hooks, deadline, &cancel, &mut out).await;
         let outcome = match end {
             Ok(PtyEnd::Exited(Some(code))) => Outcome::Exited(code),
             Ok(PtyEnd::Exited(None)) => Outcome::MissingExitStatus,

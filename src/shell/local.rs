@@ -6,20 +6,34 @@
 //! between commands. So each session key owns one shell process that reads *our* protocol on its
 //! stdin and never sees the command's input or output:
 //!
-//! * stdin (pipe, ours): one line per command:
-//!   `{ S; builtin cd -- CWD && builtin eval 'CMD' {st}>&-; } >FIFO 2>&1 </dev/null; D $?`.
-//!   Quoting the command and running it through `eval` means a syntax error is an ordinary failed
-//!   command (exit 2) instead of killing a shell that reads its script from stdin, and a command
-//!   that reads stdin gets /dev/null instead of eating the protocol.
-//! * a status fd (a dup of the shell's original stdout, hidden from the command with `{st}>&-`):
-//!   `S <seq>` once the output FIFO is open, `D <seq> <status>` when the foreground part is done.
+//! * stdin (pipe, ours): one line per command. The command travels quoted, as data, and runs
+//!   through `eval` with stdin /dev/null, so a syntax error is an ordinary failed command (exit 2)
+//!   instead of killing a shell that reads its script from stdin, and a command that reads stdin
+//!   cannot eat the protocol.
+//! * a status fd (a dup of the shell's original stdout, closed for the command itself):
+//!   `S` once the output FIFO is open, `D <seq> <status>` when the foreground part is done.
 //! * the output FIFO (one per command, created by us, opened for reading *before* the command is
 //!   sent): stdout and stderr of the command in one stream, in write order. Because it is a
 //!   separate channel per command, background jobs that keep writing never corrupt the protocol,
 //!   and dropping our read end gives the producer SIGPIPE exactly as `| head` would.
 //!
+//! # No command breaks the next one (SPEC §5)
+//! For bash, the protocol line holds no reserved word and every builtin is written `\builtin`:
+//! after an `eval` that hit the end of its text inside a quote, bash no longer recognizes a
+//! reserved word at the start of the next line it reads (measured with bash 5.2: `{` then
+//! fails as a syntax error, which kills a shell reading from stdin), and a user's alias must
+//! not rewrite our words. The command itself runs from a one-line *driver* file named `bash`,
+//! sourced from a per-shell directory: a sourced file numbers its lines from 1, so errors name
+//! the user's lines (`bash: line 1: cd: /nope: No such file or directory`, as `bash -c`
+//! prints), and at top level of a sourced file `declare`, `local` and `$1` mean what they mean
+//! in `bash -c` (a function would make `declare` local and take `return`). Only syntax errors
+//! differ from `bash -c`: bash names the `eval` (`bash: eval: line 1: …`) where it names `-c`.
+//! Other shells (zsh, POSIX sh) get the same protocol inline.
+//!
 //! `exit`, `exec` and crashes end the shell process; the session notices through the status
-//! channel's EOF and the child's exit status, and the next command starts a fresh shell.
+//! channel's EOF and the child's exit status, and the next command starts a fresh shell. A
+//! status fd the command managed to close makes the shell exit (`|| exit`), which the session
+//! notices the same way, instead of waiting forever for a status that cannot come.
 //!
 //! The shell runs in its own process group and carries the markers of [`super::procs`]; cancel
 //! and timeout kill the whole tree and throw the shell away.
@@ -155,6 +169,12 @@ fn shell_command(cfg: &ShellConfig, extra: &[OsString], shell_nonce: &str) -> Co
     argv.extend(kind.args().iter().map(OsString::from));
     argv.extend(extra.iter().cloned());
     let mut cmd = Command::new(&argv[0]);
+    if cfg.prefix.is_empty() {
+        // `$0` and the name in error messages, as `bash -c` shows them (`bash: line 1: …`).
+        if let Some(name) = cfg.shell.file_name() {
+            cmd.arg0(name);
+        }
+    }
     cmd.args(&argv[1..])
         .env_clear()
         .envs(cfg.env.iter().map(|(k, v)| (k, v)))
@@ -224,6 +244,11 @@ pub trait OutputSink: Send {
     /// Called when no output has arrived for [`IDLE_TICK`] while the command runs (a chance to
     /// send a live update that the throttle held back).
     fn idle(&mut self) {}
+    /// When to close the output stream even if no more output arrives (the time bound of the
+    /// head-only rule, SPEC §1).
+    fn close_at(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// How long the output must pause before [`OutputSink::idle`] is called.
@@ -268,7 +293,17 @@ pub struct Shell {
     killed: bool,
     /// The shell's private copy of its original stdout, where status lines go.
     status_fd: u32,
+    kind: ShellKind,
+    /// Bash: the directory holding this shell's driver file (see the module docs).
+    driver_dir: Option<PathBuf>,
 }
+
+/// Shell variables the bash protocol line hands to the driver.
+const VAR_CMD: &str = "__agent_bash_cmd";
+const VAR_CWD: &str = "__agent_bash_cwd";
+const VAR_OLDPWD: &str = "__agent_bash_oldpwd";
+/// The driver's file name: what bash names in error messages, as `bash -c` does.
+const DRIVER_NAME: &str = "bash";
 
 static NONCE: AtomicU64 = AtomicU64::new(0);
 
@@ -319,6 +354,8 @@ impl Shell {
             runtime_dir: cfg.runtime_dir.clone(),
             killed: false,
             status_fd: 9,
+            kind,
+            driver_dir: None,
         };
         let mut init = String::new();
         match kind {
@@ -369,7 +406,13 @@ impl Shell {
             }
         };
         match tokio::time::timeout(READY_TIMEOUT, ready).await {
-            Ok(Ok(())) => Ok(shell),
+            Ok(Ok(())) => match shell.write_driver(&cfg.runtime_dir) {
+                Ok(()) => Ok(shell),
+                Err(e) => {
+                    shell.kill().await;
+                    Err(e)
+                }
+            },
             Ok(Err(e)) => {
                 shell.kill().await;
                 Err(e)
@@ -412,14 +455,7 @@ impl Shell {
                 return Err(e);
             }
         };
-        // Kept short: bash reads its script from a pipe one byte per read(2).
-        let st = self.status_fd;
-        let line = format!(
-            "{{ builtin printf 'S {seq}\\n' >&{st};builtin cd -- {cwd}&&builtin eval {cmd} {st}>&-;}}>{fifo} 2>&1 </dev/null;builtin printf 'D {seq} %d\\n' $? >&{st}\n",
-            cwd = quote(&cwd.to_string_lossy()),
-            cmd = quote(command),
-            fifo = quote(&fifo.to_string_lossy()),
-        );
+        let line = self.command_line(seq, command, cwd, &fifo);
         let sent = async {
             self.stdin.write_all(line.as_bytes()).await?;
             self.stdin.flush().await
@@ -460,6 +496,7 @@ impl Shell {
                 None => far,
             };
             let reading = started && !eof && rx.is_some() && !closed_early;
+            let close_at = if reading { out.close_at() } else { None };
             tokio::select! {
                 biased;
                 _ = cancel.cancelled(), if fg.is_none() => break Ending::Cancelled,
@@ -476,12 +513,16 @@ impl Shell {
                         }
                     }
                 }
+                _ = tokio::time::sleep_until(close_at.unwrap_or(far).into()), if close_at.is_some() => {
+                    closed_early = true;
+                    rx = None;
+                }
                 line = self.status.next_line(), if fg.is_none() => {
                     match line {
                         Ok(Some(l)) => {
                             let mut parts = l.split(' ');
                             match (parts.next(), parts.next().and_then(|s| s.parse::<u64>().ok()), parts.next()) {
-                                (Some("S"), Some(s), None) if s == seq => started = true,
+                                (Some("S"), None, None) => started = true,
                                 (Some("D"), Some(s), Some(code)) if s == seq => {
                                     fg = Some(Ending::Done(code.parse().unwrap_or(1)));
                                     fg_at = Some(Instant::now());
@@ -544,11 +585,53 @@ impl Shell {
         let _ = self.child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
         procs::disown_child(self.pid);
+        if let Some(dir) = self.driver_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 
     /// The environment entry that marks this shell's processes.
     pub fn mark(&self) -> &str {
         &self.mark
+    }
+
+    /// Bash: writes this shell's driver, `<runtime>/<pid>.d/bash`, one line (so the command's
+    /// lines are numbered from 1): open the status marker, enter the cwd, restore `OLDPWD`, and
+    /// run the command with the status fd closed.
+    fn write_driver(&mut self, runtime_dir: &Path) -> io::Result<()> {
+        if self.kind != ShellKind::Bash {
+            return Ok(());
+        }
+        let dir = runtime_dir.join(format!("{}.d", self.pid));
+        std::fs::create_dir(&dir)?;
+        let st = self.status_fd;
+        let driver = format!(
+            "\\builtin printf 'S\\n' >&{st};\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin eval \"${VAR_CMD}\" {st}>&-\n"
+        );
+        std::fs::write(dir.join(DRIVER_NAME), driver)?;
+        self.driver_dir = Some(dir);
+        Ok(())
+    }
+
+    /// The protocol line that runs `command` in `cwd` with its output into `fifo`.
+    ///
+    /// Kept short: bash reads its script from a pipe one byte per read(2).
+    fn command_line(&self, seq: u64, command: &str, cwd: &Path, fifo: &Path) -> String {
+        let st = self.status_fd;
+        let cwd = quote(&cwd.to_string_lossy());
+        let cmd = quote(command);
+        let fifo = quote(&fifo.to_string_lossy());
+        match &self.driver_dir {
+            // No reserved words, every builtin escaped: see the module docs. `sourcepath` off
+            // makes `.` read the driver from its directory instead of searching PATH.
+            Some(dir) => format!(
+                "{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin cd -- {dir}&&\\builtin . {DRIVER_NAME} >{fifo} 2>&1 </dev/null;\\builtin printf 'D {seq} %d\\n' $? >&{st}||\\builtin exit 99\n",
+                dir = quote(&dir.to_string_lossy()),
+            ),
+            None => format!(
+                "{{ builtin printf 'S\\n' >&{st};builtin cd -- {cwd}&&builtin eval {cmd} {st}>&-;}}>{fifo} 2>&1 </dev/null;builtin printf 'D {seq} %d\\n' $? >&{st}||builtin exit 99\n",
+            ),
+        }
     }
 }
 

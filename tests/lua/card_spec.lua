@@ -181,9 +181,26 @@ t.describe('tool card', function()
       output_lines = 1,
       truncated = true,
       artifact_id = 2,
-      truncation = { direction = 'tail', truncated_by = 'lines', shown_range = { start = 9, ['end'] = 9 }, limit_bytes = 1048576 },
+      truncation = { direction = 'tail', truncated_by = 'bytes', shown_range = { start = 9, ['end'] = 9 }, limit_bytes = 1048576 },
     })
     t.eq('[Full output: artifact://2. Truncated: 1 lines shown (1.0MB limit)]', render(state).lines[4])
+  end)
+
+  t.it('truncation names the line limit when lines cut', function()
+    local state = done(tool({ lines = { 'x' } }), {
+      total_lines = 9,
+      output_lines = 1,
+      truncated = true,
+      artifact_id = 2,
+      truncation = {
+        direction = 'tail',
+        truncated_by = 'lines',
+        shown_range = { start = 9, ['end'] = 9 },
+        limit_bytes = 51200,
+        limit_lines = 2000,
+      },
+    })
+    t.eq('[Full output: artifact://2. Truncated: 1 lines shown (2000 lines limit)]', render(state).lines[4])
   end)
 
   t.it('cwd header', function()

@@ -267,7 +267,7 @@ async fn nvim_tool_call_timeout_truncation_and_toggle() {
     let out = ed.tool_result("big", "output").await;
     let out = out.as_str().unwrap();
     assert!(
-        out.ends_with("[Showing lines 98001-100000 of 100000 (50.0KB limit). Full: artifact://0]"),
+        out.ends_with("[Showing lines 98001-100000 of 100000 (2000 lines limit). Full: artifact://0]"),
         "{}",
         &out[out.len() - 100..]
     );
@@ -377,7 +377,7 @@ async fn nvim_bang_commands_recorded_for_the_agent() {
     assert_eq!(ctx[0], "user|Ran `echo first`\n```\nfirst\n```");
     assert!(ctx[1].starts_with("user|Ran `seq 1 3000; exit 5`\n```\n1001\n"), "{}", &ctx[1][..60]);
     assert!(
-        ctx[1].ends_with("3000\n```\n\nCommand exited with code 5\n\n[Showing lines 1001-3000 of 3000 (50.0KB limit). Full: artifact://0]"),
+        ctx[1].ends_with("3000\n```\n\nCommand exited with code 5\n\n[Showing lines 1001-3000 of 3000 (2000 lines limit). Full: artifact://0]"),
         "{}",
         &ctx[1][ctx[1].len() - 120..]
     );

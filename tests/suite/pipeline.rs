@@ -126,7 +126,7 @@ fn pipeline_sanitize_tool_text_and_json() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         text.ends_with(
-            "3000\n\n[Showing lines 1001-3000 of 3000 (50.0KB limit). Full: artifact://0]\n"
+            "3000\n\n[Showing lines 1001-3000 of 3000 (2000 lines limit). Full: artifact://0]\n"
         ),
         "{}",
         &text[text.len() - 100..]

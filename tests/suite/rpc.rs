@@ -272,7 +272,7 @@ async fn rpc_records_bang_commands_for_context() {
     );
     let long = msgs[2]["content"].as_str().unwrap();
     assert!(
-        long.ends_with("[Showing lines 3001-5000 of 5000 (50.0KB limit). Full: artifact://0]"),
+        long.ends_with("[Showing lines 3001-5000 of 5000 (2000 lines limit). Full: artifact://0]"),
         "{}",
         &long[long.len() - 90..]
     );
