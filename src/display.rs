@@ -43,10 +43,15 @@ impl StyledLine {
     }
 
     fn append(&mut self, seg: &str, seg_offset: usize, spans: &[Span]) {
+        // A segment that has no more bytes than the room left has no more characters either:
+        // it is kept whole without walking its characters (the common case by far).
         let room = LINE_CLAMP_CHARS.saturating_sub(self.chars);
-        let (kept, rest_chars) = match seg.char_indices().nth(room) {
-            Some((cut, _)) => (&seg[..cut], seg[cut..].chars().count()),
-            None => (seg, 0),
+        let (kept, rest_chars) = match seg.len() <= room {
+            true => (seg, 0),
+            false => match seg.char_indices().nth(room) {
+                Some((cut, _)) => (&seg[..cut], seg[cut..].chars().count()),
+                None => (seg, 0),
+            },
         };
         let base = self.text.len();
         for sp in spans {
@@ -87,10 +92,10 @@ impl Display {
     pub fn push(&mut self, text: &str, spans: &[Span]) {
         let mut offset = 0;
         let mut first = 0;
-        for seg in text.split_inclusive('\n') {
-            let body = seg.strip_suffix('\n');
-            let content = body.unwrap_or(seg);
-            let end = offset + seg.len();
+        while offset < text.len() {
+            let newline = memchr::memchr(b'\n', &text.as_bytes()[offset..]).map(|i| offset + i);
+            let content = &text[offset..newline.unwrap_or(text.len())];
+            let end = newline.map_or(text.len(), |i| i + 1);
             // Spans that ended before this line are done with; a span that goes on past it
             // stays the first for the next line.
             while spans.get(first).is_some_and(|sp| sp.end <= offset) {
@@ -98,18 +103,25 @@ impl Display {
             }
             let overlapping = spans[first..].iter().take_while(|sp| sp.start < end).count();
             self.current.append(content, offset, &spans[first..first + overlapping]);
-            if body.is_some() {
+            if newline.is_some() {
                 let line = std::mem::take(&mut self.current);
                 self.bytes += line.text.len();
                 self.lines.push_back(line);
                 while self.lines.len() > MAX_LINES || self.bytes > MAX_BYTES {
-                    match self.lines.pop_front() {
-                        Some(old) => self.bytes -= old.text.len(),
-                        None => break,
+                    let Some(mut old) = self.lines.pop_front() else { break };
+                    self.bytes -= old.text.len();
+                    // The line that fell out lends its buffers to the next one: a long run
+                    // allocates nothing per line once the window is full.
+                    if self.current.text.capacity() == 0 {
+                        old.text.clear();
+                        old.spans.clear();
+                        old.omitted = 0;
+                        old.chars = 0;
+                        self.current = old;
                     }
                 }
             }
-            offset += seg.len();
+            offset = end;
         }
     }
 

@@ -98,6 +98,9 @@ pub struct Screen {
     joined: Vec<u8>,
     /// Times deferred lines had to be parsed after all (tests check the fast path holds).
     materialized: u64,
+    /// The parser's colour state is known to be the default: the last bytes it got were the
+    /// colour sequences of a deferred line, ending in a full reset.
+    attrs_reset: bool,
     /// Plain lines parsed in a row: deferring starts only in a run of them.
     plain_streak: usize,
     /// [`DEFER_AFTER`] (0 in tests, to exercise the fast path as often as possible).
@@ -248,12 +251,17 @@ fn plain_width(text: &[u8]) -> Option<usize> {
     let mut width = 0;
     let mut i = 0;
     while i < text.len() {
-        match text[i] {
-            0x20..=0x7e => {
-                width += 1;
-                i += 1;
-            }
-            0x1b if text.get(i + 1) == Some(&b'[') => {
+        // Printable ASCII up to the next escape, checked in one pass the compiler vectorizes.
+        let run = memchr::memchr(0x1b, &text[i..]).unwrap_or(text.len() - i);
+        let bad = text[i..i + run].iter().fold(false, |bad, b| bad | !(0x20..=0x7e).contains(b));
+        if bad {
+            return None;
+        }
+        width += run;
+        i += run;
+        match text.get(i) {
+            None => break,
+            Some(0x1b) if text.get(i + 1) == Some(&b'[') => {
                 let params =
                     text[i + 2..].iter().position(|b| !matches!(b, b'0'..=b'9' | b';' | b':'));
                 let end = i + 2 + params?;
@@ -305,13 +313,17 @@ fn untouched(cell: &vt100::Cell) -> bool {
         && !(cell.bold() || cell.dim() || cell.italic() || cell.underline() || cell.inverse())
 }
 
-/// The SGR sequences of a plain line, for the parser to keep its colour state when the line's
-/// text is not parsed.
+/// The SGR sequences of a plain line that decide the colour state it leaves, for the parser to
+/// keep that state when the line's text is not parsed: those from the last full reset
+/// (`ESC [ m`, `ESC [ 0 m`) on, since a reset forgets everything before it.
 fn sgr_only(line: &[u8], out: &mut Vec<u8>) {
     let mut rest = line;
-    while let Some(start) = rest.iter().position(|&b| b == 0x1b) {
+    while let Some(start) = memchr::memchr(0x1b, rest) {
         let seq = &rest[start..];
         let len = seq.iter().position(|&b| b == b'm').map_or(seq.len(), |p| p + 1);
+        if matches!(&seq[..len], b"\x1b[0m" | b"\x1b[m") {
+            out.clear();
+        }
         out.extend_from_slice(&seq[..len]);
         rest = &seq[len..];
     }
@@ -332,6 +344,7 @@ impl Screen {
             sgr: Vec::new(),
             joined: Vec::new(),
             materialized: 0,
+            attrs_reset: false,
             plain_streak: 0,
             defer_after: DEFER_AFTER,
             fast: true,
@@ -402,6 +415,7 @@ impl Screen {
     /// Gives bytes to the parser, watching for scroll regions.
     fn feed(&mut self, bytes: &[u8]) {
         self.region.feed(bytes);
+        self.attrs_reset = false;
         self.parser.process(bytes);
     }
 
@@ -454,7 +468,13 @@ impl Screen {
                 let mut sgr = std::mem::take(&mut self.sgr);
                 sgr.clear();
                 sgr_only(&line, &mut sgr);
-                self.parser.process(&sgr);
+                // A lone reset on top of a reset changes nothing (lines that close their own
+                // colours, the usual case, then cost the parser nothing).
+                let lone_reset = sgr == b"\x1b[0m" || sgr == b"\x1b[m";
+                if !(lone_reset && self.attrs_reset) {
+                    self.parser.process(&sgr);
+                }
+                self.attrs_reset = lone_reset;
                 self.sgr = sgr;
             }
             self.spare.push(line);
@@ -467,6 +487,7 @@ impl Screen {
             return;
         }
         self.materialized += 1;
+        self.attrs_reset = false;
         if self.flushed {
             // The flushed screen is blank with the cursor at the bottom; the deferred lines are
             // the last rows - 1 lines, which fill it from the top.

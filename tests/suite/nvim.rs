@@ -267,7 +267,9 @@ async fn nvim_tool_call_timeout_truncation_and_toggle() {
     let out = ed.tool_result("big", "output").await;
     let out = out.as_str().unwrap();
     assert!(
-        out.ends_with("[Showing lines 98001-100000 of 100000 (2000 lines limit). Full: artifact://0]"),
+        out.ends_with(
+            "[Showing lines 98001-100000 of 100000 (2000 lines limit). Full: artifact://0]"
+        ),
         "{}",
         &out[out.len() - 100..]
     );
