@@ -6,10 +6,12 @@
 //! override the terminal's real size in many programs). Each run is a fresh process:
 //!
 //! ```text
-//! <prefix…> <shell> <no-rc args> -c '. <snapshot> </dev/null >/dev/null 2>&1
-//!                                    shopt -s expand_aliases
-//!                                    builtin cd -- <cwd> && builtin eval <quoted command>'
+//! <prefix…> <shell> <no-rc args> -c '. <snapshot> </dev/null >/dev/null 2>&1; shopt -s expand_aliases; builtin cd -- <cwd> && builtin eval <quoted command>'
 //! ```
+//!
+//! One line, so the command's lines are numbered from 1 in error messages and `$LINENO`, as under
+//! `bash -c`; and the shell is started under its bare name when that is what `PATH` finds, so
+//! `$0` and the prefix of error messages read `bash` (SPEC §1, fidelity first).
 //!
 //! A `-c` script rather than an interactive shell fed through the terminal: typed setup lines
 //! would be echoed by the terminal and drawn on the screen (and so in the model text), a prompt
@@ -198,15 +200,15 @@ pub fn wants_pty(
 fn script(kind: ShellKind, snapshot: Option<&Path>, cwd: &Path, command: &str) -> String {
     let mut s = String::new();
     if let Some(snap) = snapshot {
-        s.push_str(&format!(". {} </dev/null >/dev/null 2>&1\n", quote(&snap.to_string_lossy())));
+        s.push_str(&format!(". {} </dev/null >/dev/null 2>&1; ", quote(&snap.to_string_lossy())));
     }
     let builtin = match kind {
         ShellKind::Bash => {
-            s.push_str("shopt -s expand_aliases\n");
+            s.push_str("shopt -s expand_aliases; ");
             "builtin "
         }
         ShellKind::Zsh => {
-            s.push_str("setopt aliases\n");
+            s.push_str("setopt aliases; ");
             "builtin "
         }
         // `builtin` is not POSIX (dash lacks it).
@@ -218,6 +220,32 @@ fn script(kind: ShellKind, snapshot: Option<&Path>, cwd: &Path, command: &str) -
         quote(command)
     ));
     s
+}
+
+/// How the shell is named on the command line: its bare name when the run's `PATH` finds that
+/// very file (portable-pty makes the first word `$0`), else its path.
+fn shell_word(cfg: &ShellConfig) -> OsString {
+    let path = cfg.shell.as_os_str().to_owned();
+    let (Some(name), None) = (cfg.shell.file_name(), cfg.prefix.first()) else {
+        return path;
+    };
+    let search = cfg.env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
+    let same = |candidate: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(candidate), std::fs::metadata(&cfg.shell)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    };
+    let found = search
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file());
+    match found {
+        Some(p) if same(&p) => name.to_owned(),
+        _ => path,
+    }
 }
 
 fn lock(screen: &Mutex<Screen>) -> MutexGuard<'_, Screen> {
@@ -254,7 +282,7 @@ pub async fn run(
     let size = hooks.size.unwrap_or(DEFAULT_SIZE).clamped();
     let kind = ShellKind::of(&cfg.shell);
     let mut argv: Vec<OsString> = cfg.prefix.iter().map(OsString::from).collect();
-    argv.push(cfg.shell.clone().into_os_string());
+    argv.push(shell_word(cfg));
     argv.extend(kind.args().iter().map(OsString::from));
     argv.push("-c".into());
     argv.push(script(kind, cfg.snapshot.as_deref(), cwd, command).into());
@@ -592,7 +620,7 @@ mod tests {
         let s = script(ShellKind::Bash, Some(Path::new("/s/snap")), Path::new("/w d"), "echo 'hi'");
         assert_eq!(
             s,
-            ". '/s/snap' </dev/null >/dev/null 2>&1\nshopt -s expand_aliases\nbuiltin cd -- '/w d' && builtin eval 'echo '\\''hi'\\'''\n"
+            ". '/s/snap' </dev/null >/dev/null 2>&1; shopt -s expand_aliases; builtin cd -- '/w d' && builtin eval 'echo '\\''hi'\\'''\n"
         );
         assert!(
             script(ShellKind::Posix, None, Path::new("/"), "x").starts_with("cd -- '/' && eval")

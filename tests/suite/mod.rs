@@ -1,5 +1,6 @@
 //! Integration suites, one file per area.
 
+mod differential;
 mod exec;
 mod explain;
 mod nvim;
