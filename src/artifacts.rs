@@ -73,6 +73,7 @@ impl ArtifactStore {
     }
 
     /// Ids of the artifacts in the directory, sorted numerically; empty when it cannot be read.
+    #[allow(clippy::disallowed_methods)] // see `create`; `resolve` runs under spawn_blocking
     pub fn ids(&self) -> Vec<u64> {
         let Ok(entries) = fs::read_dir(&self.dir) else {
             return Vec::new();
@@ -91,6 +92,11 @@ impl ArtifactStore {
     /// Creates the directory (and parents) with mode 0700 if missing. The file is created with
     /// `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600: an existing file or symlink at the path is
     /// never opened; its id is skipped (another process may share the directory).
+    ///
+    /// Called on the runtime thread by a sink about to spill: one directory scan of this
+    /// session's own directory (once per session) and one `open`; the writes go to the
+    /// artifact-writer thread.
+    #[allow(clippy::disallowed_methods)]
     pub fn create(&self) -> io::Result<(u64, File)> {
         // A poisoned lock only means another thread panicked mid-allocation; the counter is
         // still a valid lower bound.
@@ -146,6 +152,9 @@ fn parse_artifact_name(name: &str) -> Option<u64> {
 /// missing directory, missing file. Anything after the id's first `/` is ignored. The file is
 /// opened with `O_NOFOLLOW`, so a symlink planted in the directory is not followed (that is an
 /// I/O error). Invalid UTF-8 (which the sink never writes) is replaced with U+FFFD.
+///
+/// Blocking (an artifact is up to 32 MiB): async callers use spawn_blocking.
+#[allow(clippy::disallowed_methods)]
 pub fn resolve(store: Option<&ArtifactStore>, url: &str) -> crate::Result<String> {
     let Opened { mut file, range, id, .. } = open_artifact(store, url)?;
     let mut bytes = Vec::new();
@@ -179,6 +188,8 @@ struct Opened {
     id: String,
 }
 
+// Opens (no read): resolve_path answers Neovim with the path; resolve runs under spawn_blocking.
+#[allow(clippy::disallowed_methods)]
 fn open_artifact(store: Option<&ArtifactStore>, url: &str) -> crate::Result<Opened> {
     let store =
         store.ok_or_else(|| Error::Artifact("No session - artifacts unavailable".to_owned()))?;
@@ -265,6 +276,7 @@ fn select_lines(text: &str, from: u64, to: u64, id: &str) -> crate::Result<Strin
 /// not) and plain files under `root` are left alone, and removal never follows symlinks out of
 /// `root` (`std::fs::remove_dir_all` does not follow them). A missing `root` prunes nothing.
 /// Entries that cannot be inspected or removed are logged and skipped.
+#[allow(clippy::disallowed_methods)] // once, at start-up, before any command is served
 pub fn prune(root: &Path, max_age: Duration) -> io::Result<usize> {
     let entries = match fs::read_dir(root) {
         Ok(entries) => entries,
@@ -299,6 +311,7 @@ pub fn prune(root: &Path, max_age: Duration) -> io::Result<usize> {
 }
 
 /// The newest mtime of a directory and its direct entries (not following symlinks).
+#[allow(clippy::disallowed_methods)] // part of `prune`
 fn newest_mtime(dir: &Path, meta: &fs::Metadata) -> Option<SystemTime> {
     let mut newest = meta.modified().ok()?;
     if let Ok(entries) = fs::read_dir(dir) {

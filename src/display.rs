@@ -43,10 +43,15 @@ impl StyledLine {
     }
 
     fn append(&mut self, seg: &str, seg_offset: usize, spans: &[Span]) {
+        // A segment that has no more bytes than the room left has no more characters either:
+        // it is kept whole without walking its characters (the common case by far).
         let room = LINE_CLAMP_CHARS.saturating_sub(self.chars);
-        let (kept, rest_chars) = match seg.char_indices().nth(room) {
-            Some((cut, _)) => (&seg[..cut], seg[cut..].chars().count()),
-            None => (seg, 0),
+        let (kept, rest_chars) = match seg.len() <= room {
+            true => (seg, 0),
+            false => match seg.char_indices().nth(room) {
+                Some((cut, _)) => (&seg[..cut], seg[cut..].chars().count()),
+                None => (seg, 0),
+            },
         };
         let base = self.text.len();
         for sp in spans {
@@ -79,25 +84,44 @@ impl Display {
         Display::default()
     }
 
-    /// Takes sanitized text and the spans the sanitizer produced for it (offsets into `text`).
+    /// Takes sanitized text and the spans the sanitizer produced for it (offsets into `text`,
+    /// in order and not overlapping, as the sanitizer makes them).
+    ///
+    /// Linear in the text and the spans: each line looks only at the spans that overlap it (a
+    /// window that slides forward), not at every span of the chunk.
     pub fn push(&mut self, text: &str, spans: &[Span]) {
         let mut offset = 0;
-        for seg in text.split_inclusive('\n') {
-            let body = seg.strip_suffix('\n');
-            let content = body.unwrap_or(seg);
-            self.current.append(content, offset, spans);
-            if body.is_some() {
+        let mut first = 0;
+        while offset < text.len() {
+            let newline = memchr::memchr(b'\n', &text.as_bytes()[offset..]).map(|i| offset + i);
+            let content = &text[offset..newline.unwrap_or(text.len())];
+            let end = newline.map_or(text.len(), |i| i + 1);
+            // Spans that ended before this line are done with; a span that goes on past it
+            // stays the first for the next line.
+            while spans.get(first).is_some_and(|sp| sp.end <= offset) {
+                first += 1;
+            }
+            let overlapping = spans[first..].iter().take_while(|sp| sp.start < end).count();
+            self.current.append(content, offset, &spans[first..first + overlapping]);
+            if newline.is_some() {
                 let line = std::mem::take(&mut self.current);
                 self.bytes += line.text.len();
                 self.lines.push_back(line);
                 while self.lines.len() > MAX_LINES || self.bytes > MAX_BYTES {
-                    match self.lines.pop_front() {
-                        Some(old) => self.bytes -= old.text.len(),
-                        None => break,
+                    let Some(mut old) = self.lines.pop_front() else { break };
+                    self.bytes -= old.text.len();
+                    // The line that fell out lends its buffers to the next one: a long run
+                    // allocates nothing per line once the window is full.
+                    if self.current.text.capacity() == 0 {
+                        old.text.clear();
+                        old.spans.clear();
+                        old.omitted = 0;
+                        old.chars = 0;
+                        self.current = old;
                     }
                 }
             }
-            offset += seg.len();
+            offset = end;
         }
     }
 
@@ -192,6 +216,50 @@ mod tests {
         assert_eq!(
             d.last(2, "part").iter().map(|l| l.text.as_str()).collect::<Vec<_>>(),
             ["4999", "part"]
+        );
+    }
+
+    #[test]
+    fn display_spans_per_line_in_a_chunk_of_thousands_of_lines() {
+        // One chunk, as a fast producer delivers it: every line carries its own colours, and a
+        // span that crosses line ends is split across the lines it covers.
+        let mut bytes = Vec::new();
+        for i in 0..MAX_LINES + 3000 {
+            bytes.extend(
+                format!("\x1b[3{}m{i:05}\x1b[0m plain \x1b[1mbold\x1b[0m\n", i % 8).as_bytes(),
+            );
+        }
+        bytes.extend(b"\x1b[4mwrapped\nacross\nthree\x1b[0m tail\n");
+        let mut d = Display::new();
+        feed(&mut d, &bytes);
+        let lines = d.last(MAX_LINES, "");
+        assert_eq!(lines.len(), MAX_LINES);
+        let bold = Style { bold: true, ..Style::default() };
+        let under = Style { underline: true, ..Style::default() };
+        // MAX_LINES + 3003 lines in all: the first 3003 fell out of the window.
+        let first = 3003;
+        for (row, line) in lines[..MAX_LINES - 3].iter().enumerate() {
+            let i = first + row;
+            assert_eq!(line.text, format!("{i:05} plain bold"));
+            let fg = Style { fg: Some(Color::Indexed((i % 8) as u8)), ..Style::default() };
+            assert_eq!(
+                line.spans,
+                vec![
+                    Span { start: 0, end: 5, style: fg },
+                    Span { start: 12, end: 16, style: bold }
+                ],
+                "line {i}"
+            );
+        }
+        let tail: Vec<_> =
+            lines[MAX_LINES - 3..].iter().map(|l| (&l.text[..], &l.spans[..])).collect();
+        assert_eq!(
+            tail,
+            [
+                ("wrapped", &[Span { start: 0, end: 7, style: under }][..]),
+                ("across", &[Span { start: 0, end: 6, style: under }][..]),
+                ("three tail", &[Span { start: 0, end: 5, style: under }][..]),
+            ]
         );
     }
 

@@ -76,12 +76,26 @@ pub const BANG_KEY: &str = "bang";
 #[derive(Default)]
 struct Slot {
     shell: Option<Shell>,
+    /// This shell's place among the `limits.max_sessions` live ones; dropped with the shell.
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
     /// The previous shell of this key was thrown away: the next run reports `shell_restarted`.
     lost: bool,
     /// The shell was started for a bang command, with the editor's handles in its environment:
     /// a tool call never runs in it (SPEC §5).
     editor_env: bool,
     last_used: Option<Instant>,
+}
+
+impl Slot {
+    /// Kills the shell (and everything it started) and gives its place back; the next command
+    /// of this key says `shell_restarted`, since its state is gone.
+    async fn close(&mut self) {
+        if let Some(mut sh) = self.shell.take() {
+            sh.kill().await;
+            self.lost = true;
+        }
+        self.permit = None;
+    }
 }
 
 /// The runtime shared by every mode: settings, shell sessions, artifacts, process hygiene.
@@ -96,6 +110,11 @@ pub struct Runtime {
     base_dir: PathBuf,
     snapshots: Arc<snapshot::Snapshots>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// One permit per live shell session (`limits.max_sessions`): a shell starts only with one.
+    capacity: Arc<tokio::sync::Semaphore>,
+    /// Woken whenever a run lets go of its session, so a run waiting for capacity can close
+    /// that (now idle) shell.
+    released: tokio::sync::Notify,
     /// An interactive UI shows our output (SPEC §6: a tool call may then get a PTY).
     ui_attached: AtomicBool,
     /// [`Runtime::warm`] is starting the first bang shell.
@@ -148,6 +167,10 @@ impl Runtime {
                     .join("snapshots"),
             ))),
             sessions: Mutex::new(HashMap::new()),
+            capacity: Arc::new(tokio::sync::Semaphore::new(
+                settings.limits.max_sessions.min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
+            released: tokio::sync::Notify::new(),
             ui_attached: AtomicBool::new(false),
             warming: AtomicBool::new(false),
             isolated: AtomicBool::new(false),
@@ -258,7 +281,6 @@ impl Runtime {
                 }
             }
         };
-        let waited = wait_started.elapsed();
         let mut shell_restarted = false;
         let editor_env = req.origin == Origin::Bang;
         if slot.editor_env && !editor_env {
@@ -271,10 +293,19 @@ impl Runtime {
         }
         if slot.shell.is_none() && !self.isolated.load(Ordering::Relaxed) {
             shell_restarted = slot.lost;
+            // Our own slot is locked, so eviction never picks it whatever key we name.
+            let key = req.session_key.as_deref().unwrap_or(match req.origin {
+                Origin::Bang => BANG_KEY,
+                Origin::Tool => DEFAULT_KEY,
+            });
+            let Some(permit) = self.reserve(key, &cancel).await else {
+                return Ok(self.shape_unrun(Outcome::Cancelled, started));
+            };
             match self.spawn_shell(req.origin).await {
                 Ok(sh) => {
                     slot.shell = Some(sh);
                     slot.editor_env = editor_env;
+                    slot.permit = Some(permit);
                 }
                 Err(e) if shell::is_isolated(&e) => {
                     tracing::info!(
@@ -294,6 +325,7 @@ impl Runtime {
             }
             slot.lost = false;
         }
+        let waited = wait_started.elapsed();
         slot.last_used = Some(Instant::now());
 
         // §4 the output path: sanitize → sink, live updates throttled.
@@ -329,10 +361,7 @@ impl Runtime {
             Ok(end) => {
                 let keep = matches!(end.ending, Ending::Done(_));
                 if !keep {
-                    if let Some(mut sh) = slot.shell.take() {
-                        sh.kill().await;
-                    }
-                    slot.lost = true;
+                    slot.close().await;
                 }
                 match end.ending {
                     Ending::Done(code) | Ending::ShellExited(Some(code)) => {
@@ -350,16 +379,13 @@ impl Runtime {
             }
             Err(e) => {
                 tracing::warn!("run failed: {e}");
-                if let Some(mut sh) = slot.shell.take() {
-                    sh.kill().await;
-                }
-                slot.lost = true;
+                slot.close().await;
                 Outcome::MissingExitStatus
             }
         };
         slot.last_used = Some(Instant::now());
         drop(slot);
-        self.evict_over_limit().await;
+        self.released.notify_waiters();
 
         let mut r =
             result::shape(sink.finish(), &outcome, started.elapsed(), limits.max_bytes as u64);
@@ -451,33 +477,76 @@ impl Runtime {
         Shell::spawn(&cfg).await
     }
 
-    /// Closes shell sessions idle longer than the limit, and the least recently used ones beyond
-    /// the session count limit. Busy sessions are never touched.
-    pub async fn evict_over_limit(&self) {
-        let idle_limit = Duration::from_secs(self.settings.limits.session_idle_secs);
-        let max = self.settings.limits.max_sessions;
-        let slots: Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> = match self.sessions.lock() {
-            Ok(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            Err(_) => return,
-        };
-        let mut live: Vec<(Instant, String, tokio::sync::OwnedMutexGuard<Slot>)> = Vec::new();
-        for (key, slot) in slots {
-            if let Ok(guard) = slot.try_lock_owned() {
-                if guard.shell.is_some() {
-                    live.push((guard.last_used.unwrap_or_else(Instant::now), key, guard));
+    /// A place for one more live shell (SPEC §5, `limits.max_sessions`), taken before the shell
+    /// starts so the limit holds at every moment. When every place is taken, the least recently
+    /// used idle session (not `key`'s own) is closed to make room; when every live session is
+    /// busy, the call waits until one finishes and then closes it (or until a shell exits by
+    /// itself). `None` when the call is cancelled while waiting.
+    async fn reserve(
+        &self,
+        key: &str,
+        cancel: &CancellationToken,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        loop {
+            // Registered before looking, so a run that ends in between still wakes us.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if let Ok(permit) = self.capacity.clone().try_acquire_owned() {
+                return Some(permit);
+            }
+            if self.close_least_recent(key).await {
+                continue;
+            }
+            tokio::select! {
+                permit = self.capacity.clone().acquire_owned() => {
+                    if let Ok(permit) = permit {
+                        return Some(permit);
+                    }
                 }
+                _ = &mut released => {}
+                _ = cancel.cancelled() => return None,
             }
         }
-        live.sort_by_key(|(t, _, _)| *t);
-        let excess = live.len().saturating_sub(max);
-        for (i, (t, key, mut guard)) in live.into_iter().enumerate() {
-            if i < excess || t.elapsed() >= idle_limit {
-                tracing::info!("closing shell session {key:?}");
-                if let Some(mut sh) = guard.shell.take() {
-                    sh.kill().await;
-                }
-                // Its state is gone: the next command of this key says so.
-                guard.lost = true;
+    }
+
+    /// Closes the least recently used idle shell session other than `key`'s; false when every
+    /// live session is busy.
+    async fn close_least_recent(&self, key: &str) -> bool {
+        let mut idle: Vec<(Instant, String, tokio::sync::OwnedMutexGuard<Slot>)> = self
+            .slots()
+            .into_iter()
+            .filter(|(k, _)| k != key)
+            .filter_map(|(k, slot)| {
+                let guard = slot.try_lock_owned().ok()?;
+                let used = guard.last_used.unwrap_or_else(Instant::now);
+                guard.shell.is_some().then_some((used, k, guard))
+            })
+            .collect();
+        idle.sort_by_key(|(t, _, _)| *t);
+        let Some((_, k, mut guard)) = idle.into_iter().next() else { return false };
+        tracing::info!("closing shell session {k:?}: limits.max_sessions reached");
+        guard.close().await;
+        true
+    }
+
+    fn slots(&self) -> Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> {
+        match self.sessions.lock() {
+            Ok(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Err(p) => p.into_inner().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        }
+    }
+
+    /// Closes shell sessions idle longer than `limits.session_idle_secs`. Busy sessions are
+    /// never touched. (The session count is held by [`Runtime::reserve`] as shells start.)
+    pub async fn close_idle(&self) {
+        let idle_limit = Duration::from_secs(self.settings.limits.session_idle_secs);
+        for (key, slot) in self.slots() {
+            let Ok(mut guard) = slot.try_lock_owned() else { continue };
+            let stale = guard.last_used.is_some_and(|t| t.elapsed() >= idle_limit);
+            if guard.shell.is_some() && stale {
+                tracing::info!("closing shell session {key:?}: idle");
+                guard.close().await;
             }
         }
     }
@@ -486,7 +555,7 @@ impl Runtime {
     pub async fn evict_loop(self: Arc<Self>) {
         loop {
             tokio::time::sleep(EVICT_EVERY).await;
-            self.evict_over_limit().await;
+            self.close_idle().await;
         }
     }
 
@@ -497,10 +566,7 @@ impl Runtime {
             Err(_) => Vec::new(),
         };
         for slot in slots {
-            let mut guard = slot.lock().await;
-            if let Some(mut sh) = guard.shell.take() {
-                sh.kill().await;
-            }
+            slot.lock().await.close().await;
         }
         // Orphans of shells that died on their own, and anything still carrying our mark.
         let mark = format!("{}={}", procs::OWNER_VAR, self.owner());

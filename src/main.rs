@@ -47,6 +47,7 @@ enum Mode {
     },
 }
 
+#[allow(clippy::disallowed_methods)] // at start-up, before the runtime serves anything
 fn init_logging(path: Option<PathBuf>) {
     let path = path
         .or_else(|| std::env::var_os("AGENT_BASH_LOG").map(PathBuf::from))
@@ -87,7 +88,8 @@ async fn reap_loop() {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut sig) = signal(SignalKind::child()) else { return };
     while sig.recv().await.is_some() {
-        procs::reap_adopted();
+        // A scan of /proc: off the runtime thread.
+        let _ = tokio::task::spawn_blocking(procs::reap_adopted).await;
     }
 }
 

@@ -54,6 +54,8 @@
 
 pub mod keys;
 pub mod screen;
+// `/proc` reads once a quiet second: kernel tables, not disk.
+#[allow(clippy::disallowed_methods)]
 pub mod waiting;
 
 use std::ffi::OsString;
@@ -568,6 +570,7 @@ async fn recv_control(rx: &mut Option<mpsc::UnboundedReceiver<PtyControl>>) -> O
 }
 
 /// Blocks until the child exits; its status as a shell reports it (128 + N for signal N).
+#[allow(clippy::disallowed_methods)] // on the `pty-wait` thread of its own
 fn wait_child(mut child: Box<dyn portable_pty::Child + Send + Sync>) -> Option<i32> {
     // portable-pty's own status keeps only the signal's name; the std child underneath has it all.
     let plain: &mut dyn portable_pty::Child = &mut *child;

@@ -155,6 +155,19 @@ impl Meter {
     }
 }
 
+/// The live descendants of `root` (not `root` itself), by parent pid.
+fn descendants(root: i32) -> Vec<i32> {
+    let procs = crate::shell::procs::all_procs();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(procs.iter().filter(|p| p.ppid == parent && !p.zombie).map(|p| p.pid));
+        i += 1;
+    }
+    found.split_off(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,17 +188,4 @@ mod tests {
         assert_eq!(unknown.note(), None);
         assert_eq!(serde_json::to_value(unknown).unwrap(), serde_json::json!({"wall_ms": 5}));
     }
-}
-
-/// The live descendants of `root` (not `root` itself), by parent pid.
-fn descendants(root: i32) -> Vec<i32> {
-    let procs = crate::shell::procs::all_procs();
-    let mut found = vec![root];
-    let mut i = 0;
-    while i < found.len() {
-        let parent = found[i];
-        found.extend(procs.iter().filter(|p| p.ppid == parent && !p.zombie).map(|p| p.pid));
-        i += 1;
-    }
-    found.split_off(1)
 }

@@ -56,7 +56,8 @@ pub struct BashResult {
     /// The timeout the caller asked for, when §3 clamped it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_clamped_from: Option<f64>,
-    /// Time spent waiting for a busy shell session before the command started.
+    /// Time spent waiting before the command started: for this key's busy shell session, or
+    /// for a place among `limits.max_sessions` when every live session is busy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waited_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -114,6 +114,9 @@ impl SessionLog {
 
     /// Appends one record as a single `write` of one line (O_APPEND), so concurrent writers
     /// never interleave within a line.
+    ///
+    /// Blocking: async callers use spawn_blocking ([`crate::mode::record_bang`]).
+    #[allow(clippy::disallowed_methods)]
     pub fn append(&self, rec: &BashExecution) -> std::io::Result<()> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         if let Some(dir) = self.path.parent() {
@@ -130,7 +133,9 @@ impl SessionLog {
         f.write_all(&line)
     }
 
-    /// Every record, oldest first; unreadable lines are skipped.
+    /// Every record, oldest first; unreadable lines are skipped. Blocking: async callers use
+    /// spawn_blocking ([`crate::mode::context_json`], [`crate::mode::history_json`]).
+    #[allow(clippy::disallowed_methods)]
     pub fn load(&self) -> Vec<BashExecution> {
         let Ok(text) = std::fs::read_to_string(&self.path) else { return Vec::new() };
         text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
@@ -154,6 +159,7 @@ impl SessionLog {
     /// Items `offset..offset + limit` of the records `pick` keeps (the last `limit` when
     /// `offset` is None), reading the file line by line: memory holds one page, whatever the
     /// session's length.
+    #[allow(clippy::disallowed_methods)] // callers run it under spawn_blocking
     fn page<T>(
         &self,
         offset: Option<usize>,

@@ -42,7 +42,8 @@ pub struct Limits {
     pub artifact_cap_bytes: u64,
     /// Idle shell sessions are closed after this many seconds. Default 1800.
     pub session_idle_secs: u64,
-    /// At most this many live shell sessions; the least recently used goes first. Default 16.
+    /// At most this many live shell sessions (held as each shell starts: the least recently used
+    /// idle one is closed, or the call waits while all are busy). Default 16.
     pub max_sessions: usize,
     /// Artifact directories older than this many days are removed at start-up. Default 7.
     pub retention_days: u64,
@@ -63,6 +64,7 @@ impl Default for Limits {
 
 impl Settings {
     /// Reads a TOML settings file.
+    #[allow(clippy::disallowed_methods)] // once, at start-up, before any command is served
     pub fn load(path: &Path) -> Result<Settings> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             Error::InvalidInput(format!("cannot read settings {}: {e}", path.display()))
@@ -122,77 +124,10 @@ impl Settings {
     }
 }
 
-/// Splits a prefix into words with shell quoting rules (single/double quotes, backslash).
+/// Splits a prefix into words with shell quoting rules (single/double quotes, backslash),
+/// by `shell-words`; an unbalanced quote is an error naming the setting.
 pub fn split_words(s: &str) -> Result<Vec<String>> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => cur.push(c),
-                        None => {
-                            return Err(Error::InvalidInput(format!(
-                                "prefix: unterminated quote in {s:?}"
-                            )))
-                        }
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c) => cur.push(c),
-                            None => {
-                                return Err(Error::InvalidInput(format!(
-                                    "prefix: trailing backslash in {s:?}"
-                                )))
-                            }
-                        },
-                        Some(c) => cur.push(c),
-                        None => {
-                            return Err(Error::InvalidInput(format!(
-                                "prefix: unterminated quote in {s:?}"
-                            )))
-                        }
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some(c) => cur.push(c),
-                    None => {
-                        return Err(Error::InvalidInput(format!(
-                            "prefix: trailing backslash in {s:?}"
-                        )))
-                    }
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    Ok(words)
+    shell_words::split(s).map_err(|e| Error::InvalidInput(format!("prefix: {e} in {s:?}")))
 }
 
 /// The non-interactive hardening environment (SPEC §6), given to every command.
@@ -257,6 +192,8 @@ mod tests {
             ["docker", "exec", "-i", "my box"]
         );
         assert_eq!(split_words("").unwrap(), Vec::<String>::new());
-        assert!(split_words("a 'b").is_err());
+        assert_eq!(split_words(r#"env A="x y" B=a\ b"#).unwrap(), ["env", "A=x y", "B=a b"]);
+        let err = split_words("a 'b").unwrap_err().to_string();
+        assert!(err.contains("prefix: missing closing quote"), "{err}");
     }
 }

@@ -83,6 +83,7 @@ struct RulesTable {
 
 /// Loads rules from a TOML or JSON file, chosen by extension (or by content when the extension
 /// says neither).
+#[allow(clippy::disallowed_methods)] // `explain` answers one question and exits
 fn load_rules(path: &Path) -> crate::Result<Vec<Rule>> {
     let bad = |what: String| Error::InvalidInput(format!("rules file {}: {what}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|err| bad(err.to_string()))?;

@@ -4,6 +4,8 @@ pub mod exec;
 pub mod explain;
 pub mod frame;
 pub mod mcp;
+// The discovery registry: a few small files read once, when the server starts.
+#[allow(clippy::disallowed_methods)]
 pub mod mirror;
 pub mod nvim;
 pub mod rpc;
@@ -23,6 +25,7 @@ pub fn state_root(settings: &Settings) -> PathBuf {
 }
 
 /// Removes artifact directories past the retention limit (SPEC §4.3); failures are only logged.
+/// Runs once at start-up, before any command is served.
 pub fn prune_artifacts(root: &Path, settings: &Settings) {
     let age = Duration::from_secs(settings.limits.retention_days * 24 * 3600);
     match crate::artifacts::prune(&root.join("sessions"), age) {
@@ -77,7 +80,8 @@ pub fn start_runtime(settings: Settings, session_id: Option<&str>) -> crate::Res
 }
 
 /// Records a finished bang command in the session's JSONL file (SPEC §10); failures are logged.
-pub fn record_bang(
+/// The file is written off the runtime thread.
+pub async fn record_bang(
     rt: &Runtime,
     command: &str,
     cwd: &Path,
@@ -92,9 +96,13 @@ pub fn record_bang(
         exclude,
     );
     let log = crate::session::SessionLog::new(rt.store().dir());
-    if let Err(e) = log.append(&rec) {
-        tracing::warn!("could not record {command:?} in {}: {e}", log.path().display());
-    }
+    let command = command.to_string();
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Err(e) = log.append(&rec) {
+            tracing::warn!("could not record {command:?} in {}: {e}", log.path().display());
+        }
+    })
+    .await;
 }
 
 /// Page size of `get_context` / `history` answers when the request names none, and the largest
@@ -120,9 +128,13 @@ pub fn page_args(
 }
 
 /// A page of the agent's context (SPEC §10): `{messages: [{role = "user", content}], offset,
-/// total}`, oldest first.
-pub fn context_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_json::Value {
-    let page = crate::session::SessionLog::new(rt.store().dir()).context_page(offset, limit);
+/// total}`, oldest first. The record is read off the runtime thread.
+pub async fn context_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_json::Value {
+    let log = crate::session::SessionLog::new(rt.store().dir());
+    let Ok(page) = tokio::task::spawn_blocking(move || log.context_page(offset, limit)).await
+    else {
+        return serde_json::json!({"messages": [], "offset": 0, "total": 0});
+    };
     let messages: Vec<_> = page
         .items
         .into_iter()
@@ -131,8 +143,13 @@ pub fn context_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_
     serde_json::json!({"messages": messages, "offset": page.offset, "total": page.total})
 }
 
-/// A page of the session's recorded bang commands: `{runs, offset, total}`, oldest first.
-pub fn history_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_json::Value {
-    let page = crate::session::SessionLog::new(rt.store().dir()).history_page(offset, limit);
+/// A page of the session's recorded bang commands: `{runs, offset, total}`, oldest first. The
+/// record is read off the runtime thread.
+pub async fn history_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_json::Value {
+    let log = crate::session::SessionLog::new(rt.store().dir());
+    let Ok(page) = tokio::task::spawn_blocking(move || log.history_page(offset, limit)).await
+    else {
+        return serde_json::json!({"runs": [], "offset": 0, "total": 0});
+    };
     serde_json::json!({"runs": page.items, "offset": page.offset, "total": page.total})
 }

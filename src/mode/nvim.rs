@@ -155,9 +155,9 @@ impl Handler for Backend {
                 let (offset, limit) =
                     super::page_args(&params).map_err(|e| Value::from(format!("{name}: {e}")))?;
                 Ok(json_to_msgpack(&if name == "history" {
-                    super::history_json(&self.rt, offset, limit)
+                    super::history_json(&self.rt, offset, limit).await
                 } else {
-                    super::context_json(&self.rt, offset, limit)
+                    super::context_json(&self.rt, offset, limit).await
                 }))
             }
             "artifact_path" => {
@@ -386,7 +386,8 @@ impl Backend {
                         std::path::Path::new(&cwd),
                         &result,
                         exclude,
-                    );
+                    )
+                    .await;
                 }
                 // With head/tail limits the model sees a selection of the stream, not its end:
                 // the card shows that selection (without colours) rather than the stream's tail.

@@ -320,13 +320,14 @@ async fn handle(state: &Arc<State>, line: &str) {
         }
         "tool_call" => tool_call(state, id, obj).await,
         "get_context" | "history" => {
-            let res = super::page_args(obj).map(|(offset, limit)| {
-                Some(if kind == "history" {
-                    super::history_json(&state.rt, offset, limit)
+            let res = match super::page_args(obj) {
+                Ok((offset, limit)) => Ok(Some(if kind == "history" {
+                    super::history_json(&state.rt, offset, limit).await
                 } else {
-                    super::context_json(&state.rt, offset, limit)
-                })
-            });
+                    super::context_json(&state.rt, offset, limit).await
+                })),
+                Err(e) => Err(e),
+            };
             send(&state.out, response(id.as_ref(), kind, res)).await;
         }
         "artifact" => {
@@ -460,7 +461,7 @@ async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
     if let Ok(r) = &res {
         let cwd =
             if cwd.is_empty() { std::env::current_dir().unwrap_or_default() } else { cwd.into() };
-        super::record_bang(&state.rt, &command, &cwd, r, exclude);
+        super::record_bang(&state.rt, &command, &cwd, r, exclude).await;
     }
     let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
     send(&state.out, response(id.as_ref(), "bash", res)).await;
@@ -535,7 +536,10 @@ fn to_value(r: &BashResult) -> Value {
     serde_json::to_value(r).unwrap_or(Value::Null)
 }
 
-/// snake_case keys → camelCase, recursively (the reference's wire uses camelCase).
+/// snake_case keys → camelCase, recursively, nulls dropped (the reference's wire uses camelCase
+/// and omits absent values). Not serde's `rename_all`: the same `BashResult` is snake_case for
+/// Neovim and `exec --json`, and its nested records (truncation, normalized, blocked) are camelCase
+/// here too; the key conversion itself is `heck`'s.
 pub fn camel(v: Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
@@ -550,17 +554,5 @@ pub fn camel(v: Value) -> Value {
 }
 
 fn camel_key(k: &str) -> String {
-    let mut out = String::with_capacity(k.len());
-    let mut up = false;
-    for c in k.chars() {
-        if c == '_' {
-            up = true;
-        } else if up {
-            out.extend(c.to_uppercase());
-            up = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    heck::ToLowerCamelCase::to_lower_camel_case(k)
 }

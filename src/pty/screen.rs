@@ -38,7 +38,9 @@
 //! line, a query of the screen) first *materializes* the deferred lines: they are parsed for
 //! real (after a flush: from the top of the now blank screen, where they would be), so the
 //! parser's screen is exactly what it would have been. A partial plain line at the end of a
-//! chunk is carried, as it may still turn into a deferred line. Property tests check the result
+//! chunk is carried, as it may still turn into a deferred line; reads end anywhere, so it may
+//! stop inside a colour sequence or between `\r` and `\n` (the whole line is checked once its
+//! `\n` arrives). Property tests check the result
 //! against the parser alone.
 
 use std::collections::VecDeque;
@@ -147,6 +149,13 @@ pub struct Screen {
     region: RegionScan,
     /// Scratch buffer for the colour sequences of lines appended directly.
     sgr: Vec<u8>,
+    /// Scratch buffer for a carried partial line joined with the next piece.
+    joined: Vec<u8>,
+    /// Times deferred lines had to be parsed after all (tests check the fast path holds).
+    materialized: u64,
+    /// The parser's colour state is known to be the default: the last bytes it got were the
+    /// colour sequences of a deferred line, ending in a full reset.
+    attrs_reset: bool,
     /// Plain lines parsed in a row: deferring starts only in a run of them.
     plain_streak: usize,
     /// [`DEFER_AFTER`] (0 in tests, to exercise the fast path as often as possible).
@@ -297,12 +306,17 @@ fn plain_width(text: &[u8]) -> Option<usize> {
     let mut width = 0;
     let mut i = 0;
     while i < text.len() {
-        match text[i] {
-            0x20..=0x7e => {
-                width += 1;
-                i += 1;
-            }
-            0x1b if text.get(i + 1) == Some(&b'[') => {
+        // Printable ASCII up to the next escape, checked in one pass the compiler vectorizes.
+        let run = memchr::memchr(0x1b, &text[i..]).unwrap_or(text.len() - i);
+        let bad = text[i..i + run].iter().fold(false, |bad, b| bad | !(0x20..=0x7e).contains(b));
+        if bad {
+            return None;
+        }
+        width += run;
+        i += run;
+        match text.get(i) {
+            None => break,
+            Some(0x1b) if text.get(i + 1) == Some(&b'[') => {
                 let params =
                     text[i + 2..].iter().position(|b| !matches!(b, b'0'..=b'9' | b';' | b':'));
                 let end = i + 2 + params?;
@@ -317,6 +331,34 @@ fn plain_width(text: &[u8]) -> Option<usize> {
     Some(width)
 }
 
+/// [`plain_width`] of the start of a line whose end has not arrived yet (a read of the PTY ends
+/// anywhere): it may also stop inside an SGR sequence (`ESC`, `ESC [`, `ESC [ 3 1`) or right
+/// after the `\r` of its `\r\n`, which the next piece completes. Whether the whole line is plain
+/// is decided once its `\n` has arrived.
+fn partial_width(text: &[u8]) -> Option<usize> {
+    if let Some(width) = plain_width(text) {
+        return Some(width);
+    }
+    if let Some(body) = text.strip_suffix(b"\r") {
+        return plain_width(body);
+    }
+    let esc = text.iter().rposition(|&b| b == 0x1b)?;
+    let open = match &text[esc + 1..] {
+        [] => true,
+        [b'[', params @ ..] => params.iter().all(|b| matches!(b, b'0'..=b'9' | b';' | b':')),
+        _ => false,
+    };
+    if open {
+        plain_width(&text[..esc])
+    } else {
+        None
+    }
+}
+
+/// Longest carried partial line: past it a line is parsed (a line of colour codes without end
+/// would otherwise be re-checked from its start on every read).
+const MAX_PARTIAL: usize = 4096;
+
 /// A cell as a fresh row has it: no text and no attributes. A cell painted by an erase in a
 /// background colour has no text but shows (and is captured as a space), so it is not blank.
 fn untouched(cell: &vt100::Cell) -> bool {
@@ -326,13 +368,17 @@ fn untouched(cell: &vt100::Cell) -> bool {
         && !(cell.bold() || cell.dim() || cell.italic() || cell.underline() || cell.inverse())
 }
 
-/// The SGR sequences of a plain line, for the parser to keep its colour state when the line's
-/// text is not parsed.
+/// The SGR sequences of a plain line that decide the colour state it leaves, for the parser to
+/// keep that state when the line's text is not parsed: those from the last full reset
+/// (`ESC [ m`, `ESC [ 0 m`) on, since a reset forgets everything before it.
 fn sgr_only(line: &[u8], out: &mut Vec<u8>) {
     let mut rest = line;
-    while let Some(start) = rest.iter().position(|&b| b == 0x1b) {
+    while let Some(start) = memchr::memchr(0x1b, rest) {
         let seq = &rest[start..];
         let len = seq.iter().position(|&b| b == b'm').map_or(seq.len(), |p| p + 1);
+        if matches!(&seq[..len], b"\x1b[0m" | b"\x1b[m") {
+            out.clear();
+        }
         out.extend_from_slice(&seq[..len]);
         rest = &seq[len..];
     }
@@ -351,6 +397,9 @@ impl Screen {
             partial: Vec::new(),
             region: RegionScan::default(),
             sgr: Vec::new(),
+            joined: Vec::new(),
+            materialized: 0,
+            attrs_reset: false,
             plain_streak: 0,
             defer_after: DEFER_AFTER,
             fast: true,
@@ -365,31 +414,24 @@ impl Screen {
                 None => (input, false),
             };
             input = &input[piece.len()..];
-            // The piece's own test first: it is cheap and fails at once on escape sequences,
+            // The line's own test first: it is cheap and fails at once on escape sequences,
             // while the screen test reads a whole row.
-            let text = match complete {
-                true => piece[..piece.len() - 1].strip_suffix(b"\r"),
-                false => Some(piece),
-            };
             let cols = usize::from(self.size().cols);
-            let fits = match (text.and_then(plain_width), plain_width(&self.partial)) {
-                (Some(w), Some(pw)) => pw + w < cols,
-                _ => false,
-            };
+            let fits = self.line_width(piece, complete).is_some_and(|w| w < cols);
             let streak = self.plain_streak >= self.defer_after;
-            if let (true, true, true, Some(text)) = (fits, self.fast, streak, text) {
-                if self.may_defer() {
-                    if complete {
-                        let mut line = self.spare.pop().unwrap_or_default();
-                        line.clear();
-                        line.append(&mut self.partial);
-                        line.extend_from_slice(text);
-                        self.defer(line);
-                    } else {
-                        self.partial.extend_from_slice(text);
-                    }
-                    continue;
+            if fits && self.fast && streak && self.may_defer() {
+                if complete {
+                    // `line_width` checked that the line ends with `\r\n`.
+                    let mut line = self.spare.pop().unwrap_or_default();
+                    line.clear();
+                    line.append(&mut self.partial);
+                    line.extend_from_slice(piece);
+                    line.truncate(line.len() - 2);
+                    self.defer(line);
+                } else {
+                    self.partial.extend_from_slice(piece);
                 }
+                continue;
             }
             self.materialize();
             self.feed(piece);
@@ -401,9 +443,34 @@ impl Screen {
         }
     }
 
+    /// The width of the plain line that the carried partial line and `piece` make (`piece` ends
+    /// the line when `complete`, and the line must then end with `\r\n`); `None` when it is not
+    /// plain (or not yet known to be).
+    fn line_width(&mut self, piece: &[u8], complete: bool) -> Option<usize> {
+        let width = |line: &[u8]| match complete {
+            true => line[..line.len() - 1].strip_suffix(b"\r").and_then(plain_width),
+            false => partial_width(line),
+        };
+        if self.partial.is_empty() {
+            return width(piece);
+        }
+        if self.partial.len() + piece.len() > MAX_PARTIAL {
+            return None;
+        }
+        // Once per read at most: only a line cut by the end of a read is carried.
+        let mut whole = std::mem::take(&mut self.joined);
+        whole.clear();
+        whole.extend_from_slice(&self.partial);
+        whole.extend_from_slice(piece);
+        let w = width(&whole);
+        self.joined = whole;
+        w
+    }
+
     /// Gives bytes to the parser, watching for scroll regions.
     fn feed(&mut self, bytes: &[u8]) {
         self.region.feed(bytes);
+        self.attrs_reset = false;
         self.parser.process(bytes);
     }
 
@@ -457,7 +524,13 @@ impl Screen {
                 let mut sgr = std::mem::take(&mut self.sgr);
                 sgr.clear();
                 sgr_only(&line, &mut sgr);
-                self.parser.process(&sgr);
+                // A lone reset on top of a reset changes nothing (lines that close their own
+                // colours, the usual case, then cost the parser nothing).
+                let lone_reset = sgr == b"\x1b[0m" || sgr == b"\x1b[m";
+                if !(lone_reset && self.attrs_reset) {
+                    self.parser.process(&sgr);
+                }
+                self.attrs_reset = lone_reset;
                 self.sgr = sgr;
             }
             self.spare.push(line);
@@ -469,6 +542,8 @@ impl Screen {
         if self.deferred.is_empty() && self.partial.is_empty() {
             return;
         }
+        self.materialized += 1;
+        self.attrs_reset = false;
         if self.flushed {
             // The flushed screen is blank with the cursor at the bottom; the deferred lines are
             // the last rows - 1 lines, which fill it from the top.
@@ -482,6 +557,8 @@ impl Screen {
         }
         if !self.partial.is_empty() {
             let partial = std::mem::take(&mut self.partial);
+            // It may end inside a colour sequence, which the next bytes complete.
+            self.region.feed(&partial);
             self.parser.process(&partial);
             self.partial = partial;
             self.partial.clear();
@@ -817,6 +894,13 @@ mod tests {
             (format!("{lines}\x1b[?10").into(), format!("abc\r\n{tail}")),
             (format!("{lines}\x1b]0;ti").into(), format!("tle\r\n{tail}\x07")),
             ([lines.as_bytes(), &[0xe4]].concat(), format!("x\r\n{tail}")),
+            // A plain line cut inside its colour sequence, or between its `\r` and `\n`.
+            (format!("{lines}ab\x1b[3").into(), format!("1mcd\x1b[0m\r\n{tail}")),
+            (format!("{lines}ab\x1b").into(), format!("[1mcd\x1b[0m\r\n{tail}")),
+            (format!("{lines}ab\r").into(), format!("\ncd\r\n{tail}")),
+            // A cut sequence that turns out not to be a colour, or a `\r` that redraws.
+            (format!("{lines}abc\x1b[1").into(), format!("Dx\r\n{tail}")),
+            (format!("{lines}abc\r").into(), format!("x\r\n{tail}")),
         ];
         for (first, second) in &cases {
             let input = [first.as_slice(), second.as_bytes()].concat();
@@ -844,6 +928,40 @@ mod tests {
         s.finish(&mut text);
         let want: String = (0..1000).map(|i| format!("{i}\n")).collect();
         assert_eq!(sanitize(text.as_bytes()), want);
+    }
+
+    #[test]
+    fn screen_fast_path_streams_coloured_lines_cut_anywhere() {
+        // Reads of a PTY end anywhere, also inside a colour sequence or a `\r\n`: the lines
+        // still leave through the fast path.
+        let input: String =
+            (0..1000).map(|i| format!("\x1b[3{}m{i}\x1b[0m tail\r\n", i % 8)).collect();
+        for size in [7, 13, 64] {
+            let mut s = Screen::new(small());
+            let mut text = String::new();
+            for chunk in input.as_bytes().chunks(size) {
+                s.process(chunk);
+                s.take_text(&mut text);
+            }
+            assert_eq!(s.materialized, 0, "chunks of {size}: deferred lines were parsed");
+            assert_eq!(s.deferred.len(), 4, "chunks of {size}");
+            s.finish(&mut text);
+            let want: String = (0..1000).map(|i| format!("{i} tail\n")).collect();
+            assert_eq!(sanitize(text.as_bytes()), want, "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn screen_partial_width() {
+        assert_eq!(partial_width(b"ab"), Some(2));
+        assert_eq!(partial_width(b"ab\r"), Some(2));
+        assert_eq!(partial_width(b"ab\x1b"), Some(2));
+        assert_eq!(partial_width(b"ab\x1b[3"), Some(2));
+        assert_eq!(partial_width(b"\x1b[31mab\x1b[0;4"), Some(2));
+        assert_eq!(partial_width(b"ab\x1b[?"), None);
+        assert_eq!(partial_width(b"ab\x1b]0"), None);
+        assert_eq!(partial_width(b"a\rb"), None);
+        assert_eq!(partial_width(b"ab\x1b[3\r"), None);
     }
 
     #[test]

@@ -8,8 +8,18 @@
 //! Both [`crate::exec`] (pipe runs) and [`crate::pty`] (terminal runs) stand on this module; it
 //! imports neither of them.
 
+// The FIFO unlinks in `local` (a metadata-only syscall on the private runtime directory) stay on
+// the runtime thread: that file is the lead's round-trip work, which will revisit them.
+#[allow(clippy::disallowed_methods)]
 pub mod local;
+// Blocking by contract: the kill ladders poll and sleep, so async callers go through
+// `kill_tree` (spawn_blocking), the PTY path calls them from its own threads, the watchdog is a
+// process of its own, and `reap_adopted` runs under spawn_blocking. `/proc` reads are kernel
+// tables, not disk.
+#[allow(clippy::disallowed_methods)]
 pub mod procs;
+// Capturing the user's rc waits up to 10 s for a shell: only ever called under spawn_blocking.
+#[allow(clippy::disallowed_methods)]
 pub mod snapshot;
 
 pub use local::{quote, Ending, RunEnd, Shell, ShellConfig, ShellKind};

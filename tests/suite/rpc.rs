@@ -391,3 +391,88 @@ async fn rpc_least_recently_used_session_is_evicted() {
     assert_eq!(d["output"], "[]\n");
     assert_eq!(d["shellRestarted"], true);
 }
+
+/// Live session shells of the backend `pid`: its children carrying a shell mark that were not
+/// started with `-c` (the rc snapshot capture and one-shot runs are), read from /proc.
+fn session_shells(pid: i32) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        let mut rest = stat.rsplit(')').next().unwrap_or("").split_ascii_whitespace();
+        let (state, ppid) = (rest.next(), rest.next().and_then(|p| p.parse::<i32>().ok()));
+        if ppid != Some(pid) || matches!(state, Some("Z" | "X") | None) {
+            continue;
+        }
+        let env = std::fs::read(format!("/proc/{child}/environ")).unwrap_or_default();
+        let marked = env.split(|b| *b == 0).any(|kv| kv.starts_with(b"AGENT_BASH_SHELL="));
+        let argv = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+        if marked && !argv.split(|b| *b == 0).any(|a| a == b"-c") {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test]
+async fn rpc_max_sessions_holds_when_forty_keys_start_at_once() {
+    const MAX: usize = 6;
+    let mut rpc = Rpc::start_with(Some(&format!("[limits]\nmax_sessions = {MAX}\n"))).await;
+    let pid = rpc.pid();
+    // Counts the live shells from another thread for as long as the calls run.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = std::thread::spawn({
+        let done = done.clone();
+        move || {
+            let mut peak = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(session_shells(pid));
+                std::thread::yield_now();
+            }
+            peak
+        }
+    });
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let cmd = format!("export AB_K={i}; sleep 0.2; echo \"key $AB_K\"");
+        let req = json!({"type": "tool_call", "command": cmd, "session_key": format!("k{i}")});
+        ids.push(rpc.send(req).await);
+    }
+    let mut waited = 0;
+    for (i, id) in ids.iter().enumerate() {
+        let r = rpc.response(id).await;
+        assert_eq!(r["success"], true, "{r}");
+        assert_eq!(r["data"]["output"], format!("key {i}\n"), "{r}");
+        waited += r["data"].get("waitedMs").is_some() as usize;
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = watcher.join().unwrap();
+    assert_eq!(peak, MAX, "live shells peaked at {peak} for max_sessions = {MAX}");
+    assert!(waited >= 40 - MAX, "only {waited} calls waited for a shell");
+    // The limit still holds once everything is idle, and a closed key starts afresh.
+    assert!(session_shells(pid) <= MAX);
+    let d = rpc.tool(json!({"command": "echo \"[$AB_K]\"", "session_key": "k0"})).await;
+    assert_eq!(d["output"], "[]\n");
+    assert_eq!(d["shellRestarted"], true);
+}
+
+#[tokio::test]
+async fn rpc_call_waiting_for_a_session_can_be_cancelled() {
+    let mut rpc = Rpc::start_with(Some("[limits]\nmax_sessions = 1\n")).await;
+    let busy =
+        rpc.send(json!({"type": "tool_call", "command": "sleep 30", "session_key": "a"})).await;
+    assert!(eventually(Duration::from_secs(10), || session_shells(rpc.pid()) == 1).await);
+    let waiting =
+        rpc.send(json!({"type": "tool_call", "command": "echo b", "session_key": "b"})).await;
+    let abort = rpc.send(json!({"type": "abort_tool_call", "target": waiting})).await;
+    rpc.response(&abort).await;
+    let r = rpc.response(&waiting).await;
+    assert_eq!(r["data"]["cancelled"], true, "{r}");
+    assert_eq!(session_shells(rpc.pid()), 1);
+    let abort = rpc.send(json!({"type": "abort_tool_call", "target": busy})).await;
+    rpc.response(&abort).await;
+    assert_eq!(rpc.response(&busy).await["data"]["cancelled"], true);
+    // With the busy shell gone, `b` gets the place.
+    let d = rpc.tool(json!({"command": "echo b", "session_key": "b"})).await;
+    assert_eq!(d["output"], "b\n");
+}
