@@ -135,11 +135,11 @@ function M.output_lines(run)
   local r = s.result
   local partial = (s.total_lines or 0) > #(s.lines or {}) or (r and r.truncated)
   if partial and r and r.artifact_id then
-    local ok, text = require('agent_bash.artifact').fetch(r.artifact_id)
+    local ok, lines = require('agent_bash.artifact').lines(r.artifact_id)
     if not ok then
-      return nil, text
+      return nil, lines
     end
-    return require('agent_bash.artifact').split(text)
+    return lines
   end
   return vim.list_slice(s.lines or {})
 end

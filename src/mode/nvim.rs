@@ -196,6 +196,22 @@ impl Handler for Backend {
                 };
             }
         };
+        if name == "warm" {
+            let (rt, nvim) = (self.rt.clone(), nvim.clone());
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let ready = rt.warm().await;
+                let ms = started.elapsed().as_millis() as u64;
+                tracing::info!("warm: shell ready = {ready} after {ms} ms");
+                let ev = map(vec![
+                    ("type", Value::from("warmed")),
+                    ("ready", Value::from(ready)),
+                    ("ms", Value::from(ms)),
+                ]);
+                send(&nvim, ev).await;
+            });
+            return;
+        }
         let id = match params.get("id") {
             Some(v) if v.is_i64() => v.as_i64().unwrap_or(-1),
             other => {
@@ -213,21 +229,6 @@ impl Handler for Backend {
             "run" => {
                 let this = self.clone();
                 tokio::spawn(async move { this.run(id, params, nvim).await });
-            }
-            "warm" => {
-                let (rt, nvim) = (self.rt.clone(), nvim.clone());
-                tokio::spawn(async move {
-                    let started = std::time::Instant::now();
-                    let ready = rt.warm().await;
-                    let ms = started.elapsed().as_millis() as u64;
-                    tracing::info!("warm: shell ready = {ready} after {ms} ms");
-                    let ev = map(vec![
-                        ("type", Value::from("warmed")),
-                        ("ready", Value::from(ready)),
-                        ("ms", Value::from(ms)),
-                    ]);
-                    send(&nvim, ev).await;
-                });
             }
             "cancel" => {
                 // A PTY run is force-killed (the kill key, SPEC §6); others are cancelled.
