@@ -405,7 +405,7 @@ fn session_shells(pid: i32) -> usize {
             continue;
         }
         let env = std::fs::read(format!("/proc/{child}/environ")).unwrap_or_default();
-        let marked = env.split(|b| *b == 0).any(|kv| kv.starts_with(b"AGENT_BASH_SHELL="));
+        let marked = env.split(|b| *b == 0).any(|kv| kv.starts_with(b"AGENT_BASH_OWNER="));
         let argv = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
         if marked && !argv.split(|b| *b == 0).any(|a| a == b"-c") {
             n += 1;
