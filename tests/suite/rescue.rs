@@ -25,6 +25,10 @@ fn run(state: &Path, cwd: &Path, command: &str) -> (Value, String) {
         .arg("--cwd")
         .arg(cwd)
         .args(["--", command])
+        // Under `make test` these say we are a sub-make: `make[1]: ***` instead of `make: ***`.
+        .env_remove("MAKELEVEL")
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
         .output()
         .unwrap();
     let r: Value = serde_json::from_slice(&out.stdout)
