@@ -227,8 +227,14 @@ impl Handler for Backend {
         };
         match name.as_str() {
             "run" => {
+                // Registered before the task starts, so a cancel sent right after the run is
+                // never handled before the run exists.
+                let cancel = CancellationToken::new();
+                if let Ok(mut runs) = self.runs.lock() {
+                    runs.insert(id, cancel.clone());
+                }
                 let this = self.clone();
-                tokio::spawn(async move { this.run(id, params, nvim).await });
+                tokio::spawn(async move { this.run(id, params, nvim, cancel).await });
             }
             "cancel" => {
                 // A PTY run is force-killed (the kill key, SPEC §6); others are cancelled.
@@ -268,18 +274,30 @@ impl Handler for Backend {
 }
 
 impl Backend {
-    async fn run(&self, id: i64, params: serde_json::Map<String, serde_json::Value>, nvim: Nvim) {
+    async fn run(
+        &self,
+        id: i64,
+        params: serde_json::Map<String, serde_json::Value>,
+        nvim: Nvim,
+        cancel: CancellationToken,
+    ) {
+        let refuse = |msg: String| {
+            if let Ok(mut runs) = self.runs.lock() {
+                runs.remove(&id);
+            }
+            error_event(id, &msg)
+        };
         let origin = match params.get("origin").and_then(|v| v.as_str()) {
             Some("tool") => Origin::Tool,
             None | Some("bang") => Origin::Bang,
             Some(_) => {
-                let msg = "\"origin\" must be \"bang\" or \"tool\"";
-                return send(&nvim, error_event(id, msg)).await;
+                let msg = "\"origin\" must be \"bang\" or \"tool\"".to_owned();
+                return send(&nvim, refuse(msg)).await;
             }
         };
         let mut req = match super::rpc::request_from(&params, origin) {
             Ok(r) => r,
-            Err(e) => return send(&nvim, error_event(id, &e)).await,
+            Err(e) => return send(&nvim, refuse(e)).await,
         };
         req.display = true;
         let limited = req.head.is_some() || req.tail.is_some();
@@ -288,10 +306,6 @@ impl Backend {
         }
         let exclude = params.get("exclude_from_context").and_then(|v| v.as_bool()).unwrap_or(false);
         let (command, cwd) = (req.command.clone(), req.cwd.clone().unwrap_or_default());
-        let cancel = CancellationToken::new();
-        if let Ok(mut runs) = self.runs.lock() {
-            runs.insert(id, cancel.clone());
-        }
         // Live updates: the latest one wins (bounded whatever the editor's speed); the final one
         // is kept aside for the `done` event.
         let (tx, mut rx) = watch::channel::<Option<LiveUpdate>>(None);

@@ -76,7 +76,8 @@ async fn gone(tags: &[&str]) {
 async fn cancel_takes_escapees(tracking: Tracking) {
     let mut rpc = start(tracking, None).await;
     let (a, b) = (unique_sleep(), unique_sleep());
-    let cmd = format!("{}; {}; echo started; sleep 300", escapee(&a), stubborn_escapee(&b));
+    // `echo started` first: once the escapees exist, it has run.
+    let cmd = format!("echo started; {}; {}; sleep 300", escapee(&a), stubborn_escapee(&b));
     let id = rpc.send(json!({"type": "tool_call", "command": cmd})).await;
     appears(&a).await;
     appears(&b).await;
