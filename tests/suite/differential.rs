@@ -367,23 +367,37 @@ fn as_terminal(text: &str) -> String {
     lines[..end].join("\n")
 }
 
+/// Differences found by one test, reported all at once at its end.
+#[derive(Default)]
+struct Differences(Vec<String>);
+
+impl Differences {
+    fn check(&mut self, what: impl std::fmt::Debug, want: &(String, i32), got: &(String, i32)) {
+        if got != want {
+            self.0.push(format!("{what:?}\n  bash:    {want:?}\n  runtime: {got:?}"));
+        }
+    }
+
+    fn assert_none(self) {
+        assert!(self.0.is_empty(), "{} differences:\n{}", self.0.len(), self.0.join("\n"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_corpus_pipe_path() {
     assert!(CORPUS.len() >= 150, "the corpus has {} commands", CORPUS.len());
     let b = bench();
-    let mut failures = Vec::new();
+    let mut diffs = Differences::default();
     for &(command, flags) in CORPUS {
         // A fresh session key per command: every command starts from the state `bash -c` has.
         let key = format!("diff-{}", KEYS.fetch_add(1, Ordering::Relaxed));
         let want = oracle(&b, command, flags);
         let r = run(&b, command, &key, false).await;
         let got = (r.text.clone(), r.exit_code.unwrap_or(-1));
-        if got != want {
-            failures.push(format!("{command:?}\n  bash:    {want:?}\n  runtime: {got:?}"));
-        }
+        diffs.check(command, &want, &got);
     }
     b.rt.shutdown().await;
-    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+    diffs.assert_none();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,7 +405,7 @@ async fn differential_corpus_one_session() {
     // The whole corpus on ONE shell session, in order: no command may break the next one. The
     // oracle for each runs in a fresh `bash -c`, so state-changing commands are skipped here.
     let b = bench();
-    let mut failures = Vec::new();
+    let mut diffs = Differences::default();
     let stateful = ["cd ", "set ", "exec", "alias", "shopt -s", "declare", "export", "x=", "trap"];
     for &(command, flags) in CORPUS {
         if stateful.iter().any(|s| command.contains(s)) || command.contains("exit") {
@@ -400,18 +414,16 @@ async fn differential_corpus_one_session() {
         let r = run(&b, command, "one-session", false).await;
         let want = oracle(&b, command, flags);
         let got = (r.text.clone(), r.exit_code.unwrap_or(-1));
-        if got != want {
-            failures.push(format!("{command:?}\n  bash:    {want:?}\n  runtime: {got:?}"));
-        }
+        diffs.check(command, &want, &got);
     }
     b.rt.shutdown().await;
-    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+    diffs.assert_none();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_corpus_pty_path() {
     let b = bench();
-    let mut failures = Vec::new();
+    let mut diffs = Differences::default();
     let cases: Vec<_> = CORPUS.iter().filter(|(_, f)| f & PTY != 0).collect();
     assert!(cases.len() >= 100, "{} PTY cases", cases.len());
     for &&(command, flags) in &cases {
@@ -423,18 +435,16 @@ async fn differential_corpus_pty_path() {
         let want = (as_terminal(&out), code);
         let r = run(&b, command, "pty", true).await;
         let got = (as_terminal(&r.text), r.exit_code.unwrap_or(-1));
-        if got != want {
-            failures.push(format!("{command:?}\n  bash:    {want:?}\n  runtime: {got:?}"));
-        }
+        diffs.check(command, &want, &got);
     }
     b.rt.shutdown().await;
-    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+    diffs.assert_none();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_sequences_keep_state_and_survive_errors() {
     let b = bench();
-    let mut failures = Vec::new();
+    let mut diffs = Differences::default();
     for (n, steps) in SEQUENCES.iter().enumerate() {
         let key = format!("seq-{n}");
         for k in 0..steps.len() {
@@ -455,16 +465,13 @@ async fn differential_sequences_keep_state_and_survive_errors() {
             let want = bash_c(&b, &script, &extra);
             let r = run(&b, steps[k], &key, false).await;
             let got = (r.text.clone(), r.exit_code.unwrap_or(-1));
-            if got != want || r.shell_restarted {
-                failures.push(format!(
-                    "{steps:?} step {k}\n  bash:    {want:?}\n  runtime: {got:?} restarted {}",
-                    r.shell_restarted
-                ));
-            }
+            // A restarted shell lost the state the oracle kept: a difference too.
+            let got = if r.shell_restarted { (got.0 + " [shell restarted]", got.1) } else { got };
+            diffs.check(format!("{steps:?} step {k}"), &want, &got);
         }
     }
     b.rt.shutdown().await;
-    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+    diffs.assert_none();
 }
 
 /// Deliberate differences that are not a transformation of the oracle: asserted as ours, with
