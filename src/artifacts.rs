@@ -507,6 +507,9 @@ const HAND_OFF: usize = 256 << 10;
 /// the one being written and the one being filled this bounds the buffers to four.
 const QUEUE: usize = 2;
 
+/// Bytes for the writer thread, with their newline count when known.
+type HandOff = (Vec<u8>, Option<u64>);
+
 /// A [`CappedWriter`] on its own thread (SPEC §4.2: the artifact gets every chunk).
 ///
 /// The file is written while the caller goes on reading and sanitizing: writing to the page
@@ -523,8 +526,11 @@ const QUEUE: usize = 2;
 pub struct ArtifactWriter {
     /// Bytes not yet handed to the thread.
     pending: Vec<u8>,
+    /// Newlines in `pending`, when every write said how many it had (the rescue then need not
+    /// count them again).
+    pending_newlines: Option<u64>,
     /// `None` once the thread has stopped.
-    sender: Option<SyncSender<Vec<u8>>>,
+    sender: Option<SyncSender<HandOff>>,
     /// Buffers the thread is done with, for reuse.
     spare: Receiver<Vec<u8>>,
     /// The thread's result: the file's, and the rescue it ran over the stream.
@@ -540,16 +546,16 @@ impl ArtifactWriter {
     /// Like [`spawn`](Self::spawn), also running `rescue` over every byte written (SPEC §7
     /// rescued lines: on this thread, their cost stays off the output path).
     pub fn spawn_with(file: File, cap: u64, rescue: Option<Rescue>) -> io::Result<Self> {
-        let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(QUEUE);
+        let (sender, receiver) = mpsc::sync_channel::<HandOff>(QUEUE);
         let (give_back, spare) = mpsc::channel();
         let thread =
             std::thread::Builder::new().name("artifact-writer".to_owned()).spawn(move || {
                 let mut writer = CappedWriter::new(file, cap);
                 let mut rescue = rescue;
-                for mut buf in receiver {
+                for (mut buf, newlines) in receiver {
                     writer.write(&buf)?;
                     if let Some(rescue) = &mut rescue {
-                        rescue.push(&buf);
+                        rescue.push_counted(&buf, newlines);
                     }
                     buf.clear();
                     // The other end may be gone already; the buffer is then simply freed.
@@ -560,6 +566,7 @@ impl ArtifactWriter {
             })?;
         Ok(Self {
             pending: Vec::with_capacity(HAND_OFF),
+            pending_newlines: Some(0),
             sender: Some(sender),
             spare,
             thread: Some(thread),
@@ -569,6 +576,12 @@ impl ArtifactWriter {
     /// Appends `data` to the artifact. An error means the thread stopped (it carries the
     /// thread's error); the file then holds the stream up to some earlier point.
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        self.write_counted(data, None)
+    }
+
+    /// [`write`](Self::write) of bytes holding `newlines` newlines (when known).
+    pub fn write_counted(&mut self, data: &[u8], newlines: Option<u64>) -> io::Result<()> {
+        self.pending_newlines = self.pending_newlines.zip(newlines).map(|(a, b)| a + b);
         self.pending.extend_from_slice(data);
         if self.pending.len() >= HAND_OFF {
             self.hand_off()?;
@@ -579,15 +592,15 @@ impl ArtifactWriter {
     /// Like [`write`](Self::write), for a caller that is done with `text`: a large one is handed
     /// to the thread as it is rather than copied. `text` is left empty, possibly holding another
     /// buffer to reuse.
-    pub fn write_owned(&mut self, text: &mut String) -> io::Result<()> {
+    pub fn write_owned(&mut self, text: &mut String, newlines: Option<u64>) -> io::Result<()> {
         if !self.pending.is_empty() || text.len() < HAND_OFF / 4 {
-            self.write(text.as_bytes())?;
+            self.write_counted(text.as_bytes(), newlines)?;
             text.clear();
             return Ok(());
         }
         // An empty buffer is valid UTF-8, so this never falls back to a new one.
         let spare = String::from_utf8(self.spare_buffer()).unwrap_or_default();
-        self.send(std::mem::replace(text, spare).into_bytes())
+        self.send((std::mem::replace(text, spare).into_bytes(), newlines))
     }
 
     /// Writes everything and finishes the artifact (see [`CappedWriter::finish`]).
@@ -609,7 +622,8 @@ impl ArtifactWriter {
     fn hand_off(&mut self) -> io::Result<()> {
         let next = self.spare_buffer();
         let full = std::mem::replace(&mut self.pending, next);
-        self.send(full)
+        let newlines = std::mem::replace(&mut self.pending_newlines, Some(0));
+        self.send((full, newlines))
     }
 
     /// An empty buffer: one the thread gave back, else a new one.
@@ -617,7 +631,7 @@ impl ArtifactWriter {
         self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(HAND_OFF))
     }
 
-    fn send(&mut self, full: Vec<u8>) -> io::Result<()> {
+    fn send(&mut self, full: HandOff) -> io::Result<()> {
         match self.sender.as_ref().map(|sender| sender.send(full)) {
             Some(Ok(())) => Ok(()),
             // The thread hung up: it failed.
@@ -974,7 +988,7 @@ mod tests {
         for chunk in chunks {
             if owned {
                 let mut text = (*chunk).to_owned();
-                writer.write_owned(&mut text).unwrap();
+                writer.write_owned(&mut text, None).unwrap();
                 assert!(text.is_empty());
             } else {
                 writer.write(chunk.as_bytes()).unwrap();

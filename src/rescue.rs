@@ -55,10 +55,18 @@ const TRACEBACK_MAX_LINES: u32 = 2000;
 
 /// Words that every rule needs. A line holding none of them is never a diagnostic, so only
 /// lines holding one are classified. `\nE  ` is pytest's failure line (`E   assert 1 == 2`),
-/// which has no other mark.
+/// which has no other mark. Every rule that wants a lower-case `error` / `Error` wants it ending
+/// a word (`error:`, `error[E…]`, `ValueError:`, `  3:5  error  …`, `f.c:1: error` at the end),
+/// so `rror` is a trigger only before a colon, a bracket, a blank or the end of the line: test
+/// logs full of `error_handling` / `errors.rs` cost no classification. `ERR` covers `ERROR`.
+/// A line longer than [`SCAN_MAX`] is looked at without the word its cut ends in
+/// ([`scan_text`]), so no rule mistakes the cut for the end of a word.
 const TRIGGERS: &[&str] = &[
-    "rror",
-    "RROR",
+    "rror:",
+    "rror ",
+    "rror[",
+    "rror\t",
+    "rror\n",
     "FAIL",
     "Failed",
     "panic",
@@ -117,6 +125,8 @@ pub struct Rescue {
     line_start: u64,
     /// The start (up to [`SCAN_MAX`] bytes) of the current, unfinished line.
     carry: Vec<u8>,
+    /// The current line is longer than what `carry` keeps of it.
+    carry_cut: bool,
     traceback: Option<Traceback>,
     /// The previous line was a rustc error header.
     want_location: bool,
@@ -137,6 +147,7 @@ impl Rescue {
             exact_until,
             line_start: 0,
             carry: Vec::new(),
+            carry_cut: false,
             traceback: None,
             want_location: false,
             last_pytest_e: 0,
@@ -147,6 +158,13 @@ impl Rescue {
 
     /// Takes the next chunk of the stream (sanitized text, possibly cut inside a character).
     pub fn push(&mut self, bytes: &[u8]) {
+        self.push_counted(bytes, None);
+    }
+
+    /// [`push`](Self::push) for a caller that already counted the chunk's newlines (the sink
+    /// does, for its counters): the rescue then counts only up to the lines it keeps, and plain
+    /// output costs it one multi-pattern scan and nothing else.
+    pub fn push_counted(&mut self, bytes: &[u8], newlines: Option<u64>) {
         let chunk_start = self.offset;
         self.offset += bytes.len() as u64;
         if chunk_start > self.exact_until {
@@ -160,17 +178,21 @@ impl Rescue {
         // The line that was carried over (or starts this chunk) ends here.
         self.extend_carry(&bytes[..n0]);
         let mut carried = std::mem::take(&mut self.carry);
-        self.classify_line(self.line, floor_str(&carried), self.line_start);
+        self.classify_line(self.line, scan_text(&carried, self.carry_cut), self.line_start);
+        self.carry_cut = false;
         // The buffer is reused for the next carried line.
         carried.clear();
         self.carry = carried;
 
         let last_nl = memchr::memrchr(b'\n', bytes).unwrap_or(n0);
         let finder = finder();
+        // Line numbers are counted lazily: `counted_line` is the number of the line starting at
+        // `counted`, and moves forward only when a line needs its number.
+        let (mut counted, mut counted_line) = (n0 + 1, self.line + 1);
         let mut pos = n0 + 1;
-        let mut line = self.line + 1;
         while pos <= last_nl {
-            let ls = if self.stateful() {
+            let stateful = self.stateful();
+            let ls = if stateful {
                 pos
             } else {
                 // The search starts at the newline before `pos`, so `\nE  ` can match there.
@@ -180,17 +202,23 @@ impl Rescue {
                 let anchor = m.end() - 1;
                 memchr::memrchr(b'\n', &bytes[pos..anchor]).map_or(pos, |p| pos + p + 1)
             };
-            line += memchr::memchr_iter(b'\n', &bytes[pos..ls]).count() as u64;
             let le = memchr::memchr(b'\n', &bytes[ls..]).map_or(last_nl, |p| ls + p);
-            let scan = &bytes[ls..le.min(ls + SCAN_MAX)];
-            self.classify_line(line, floor_str(scan), chunk_start + ls as u64);
+            let text = scan_text(&bytes[ls..le.min(ls + SCAN_MAX)], le - ls > SCAN_MAX);
             pos = le + 1;
-            line += 1;
+            if !stateful && classify(text) == Class::None {
+                // A trigger word inside an ordinary line: nothing to number.
+                continue;
+            }
+            counted_line += memchr::memchr_iter(b'\n', &bytes[counted..ls]).count() as u64;
+            counted = ls;
+            self.classify_line(counted_line, text, chunk_start + ls as u64);
         }
-        if pos <= last_nl {
-            line += memchr::memchr_iter(b'\n', &bytes[pos..=last_nl]).count() as u64;
-        }
-        self.line = line;
+        self.line = match newlines {
+            Some(n) => self.line + n,
+            None => {
+                counted_line + memchr::memchr_iter(b'\n', &bytes[counted..=last_nl]).count() as u64
+            }
+        };
         self.line_start = chunk_start + last_nl as u64 + 1;
         self.extend_carry(&bytes[last_nl + 1..]);
     }
@@ -246,6 +274,7 @@ impl Rescue {
 
     fn extend_carry(&mut self, bytes: &[u8]) {
         let room = SCAN_MAX.saturating_sub(self.carry.len());
+        self.carry_cut |= bytes.len() > room;
         self.carry.extend_from_slice(&bytes[..bytes.len().min(room)]);
     }
 
@@ -361,6 +390,18 @@ fn clip(text: &str) -> String {
     s
 }
 
+/// The text of a line the classifier looks at: the line's first [`SCAN_MAX`] bytes `bytes`, and
+/// whether the line goes on after them (then the word cut at the end is dropped: `error_case`
+/// cut after `error` must not read as the word `error`).
+fn scan_text(bytes: &[u8], cut: bool) -> &str {
+    let text = floor_str(bytes);
+    if cut {
+        text.trim_end_matches(|c: char| c.is_alphanumeric() || c == '_')
+    } else {
+        text
+    }
+}
+
 /// The longest valid UTF-8 prefix of `bytes` (a carried line may be cut inside a character).
 fn floor_str(bytes: &[u8]) -> &str {
     match std::str::from_utf8(bytes) {
@@ -448,10 +489,13 @@ fn ends_with_failed(t: &str) -> bool {
     u.ends_with(" FAILED") || u.ends_with(" ... FAIL") || u.ends_with(" ... ERROR")
 }
 
-/// Where `needle` first occurs in `hay` (memchr's searcher: no set-up cost for short needles,
-/// unlike `str::find` with a string pattern).
+/// Where `needle` first occurs in `hay`: candidates for its first byte found with `memchr`, then
+/// compared. Lines are short (at most [`SCAN_MAX`] bytes) and the needles rare, so this costs
+/// less than any searcher with a set-up step (`str::find`, `memmem::find` build one per call).
 fn find(hay: &str, needle: &str) -> Option<usize> {
-    memchr::memmem::find(hay.as_bytes(), needle.as_bytes())
+    let (hay, needle) = (hay.as_bytes(), needle.as_bytes());
+    let first = *needle.first()?;
+    memchr::memchr_iter(first, hay).find(|&p| hay[p..].starts_with(needle))
 }
 
 /// `make: *** [Makefile:3: all] Error 1`, `make[2]: *** …`, `Makefile:3: *** missing separator.`
@@ -654,8 +698,25 @@ mod tests {
         }
     }
 
+    /// A line longer than what the classifier looks at, cut right after `error` or `error:`:
+    /// the same lines are rescued whether the line lies inside a chunk or across two.
+    #[test]
+    fn rescue_long_lines_do_not_depend_on_chunking() {
+        for (tail, rescued) in [("error_case x\n", false), ("error: boom\n", false)] {
+            let long = format!("{}{tail}", "x ".repeat((SCAN_MAX - 5) / 2) + " ");
+            assert!(long.len() > SCAN_MAX);
+            let text = format!("ok\n{long}f.c:1:2: error: e\nok\n");
+            let whole = run(&[&text], 100, "");
+            for cut in 1..text.len() {
+                let chunked = run(&[&text[..cut], &text[cut..]], 100, "");
+                assert_eq!(whole, chunked, "cut at {cut}");
+            }
+            assert_eq!(whole.len(), 1 + usize::from(rescued), "{whole:?}");
+        }
+    }
+
     fn has_trigger(line: &str) -> bool {
-        let with_nl = format!("\n{line}");
+        let with_nl = format!("\n{line}\n");
         finder().is_match(with_nl.as_str())
     }
 
@@ -796,6 +857,13 @@ mod tests {
             let whole = run(&[&text], shown_start, "");
             let chunked = run(&chunks, shown_start, "");
             prop_assert_eq!(&whole, &chunked);
+            // Newline counts given by the caller (as the sink does) change nothing.
+            let mut counted = Rescue::new(u64::MAX);
+            for chunk in &chunks {
+                let n = chunk.bytes().filter(|&b| b == b'\n').count() as u64;
+                counted.push_counted(chunk.as_bytes(), Some(n));
+            }
+            prop_assert_eq!(&counted.finish(shown_start, ""), &whole);
             // Line-by-line classification of the whole text is the oracle.
             let mut oracle = Rescue::new(u64::MAX);
             for (i, line) in text.split_inclusive('\n').enumerate() {

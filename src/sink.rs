@@ -170,9 +170,9 @@ impl Sink {
         // Counted once here: every consumer below needs it.
         let newlines = count_newlines(text);
         if self.spilled {
-            self.write_artifact(text);
+            self.write_artifact(text, newlines);
         } else if self.overflows_with(text, newlines) {
-            self.spill(text);
+            self.spill(text, newlines);
         }
         self.keep(text, newlines);
     }
@@ -186,8 +186,12 @@ impl Sink {
             text.clear();
             return;
         }
-        self.keep(text, count_newlines(text));
-        let written = self.artifact.as_mut().map_or(Ok(()), |writer| writer.write_owned(text));
+        let newlines = count_newlines(text);
+        self.keep(text, newlines);
+        let written = self
+            .artifact
+            .as_mut()
+            .map_or(Ok(()), |writer| writer.write_owned(text, Some(newlines as u64)));
         if let Err(e) = written {
             self.artifact = None;
             self.note_artifact_error("writing the artifact failed", &e);
@@ -318,7 +322,7 @@ impl Sink {
     }
 
     /// The first overflow: open the artifact and write everything so far, then `text`.
-    fn spill(&mut self, text: &str) {
+    fn spill(&mut self, text: &str, newlines: usize) {
         self.spilled = true;
         let Some(store) = &self.store else { return };
         match store.create() {
@@ -328,8 +332,9 @@ impl Sink {
                 let rescue = self.rescue.take();
                 let written = ArtifactWriter::spawn_with(file, self.artifact_cap, rescue).and_then(
                     |mut writer| {
-                        writer.write(self.window.whole_stream().as_bytes())?;
-                        writer.write(text.as_bytes())?;
+                        let before = Some(self.window.pushed_newlines);
+                        writer.write_counted(self.window.whole_stream().as_bytes(), before)?;
+                        writer.write_counted(text.as_bytes(), Some(newlines as u64))?;
                         Ok(writer)
                     },
                 );
@@ -344,11 +349,11 @@ impl Sink {
 
     /// Appends to the artifact. A write error stops writing for this command; the id is kept,
     /// since the file still holds the stream up to the error.
-    fn write_artifact(&mut self, text: &str) {
+    fn write_artifact(&mut self, text: &str, newlines: usize) {
         let Some(writer) = &mut self.artifact else {
             return;
         };
-        if let Err(e) = writer.write(text.as_bytes()) {
+        if let Err(e) = writer.write_counted(text.as_bytes(), Some(newlines as u64)) {
             self.artifact = None;
             self.note_artifact_error("writing the artifact failed", &e);
         }
