@@ -174,6 +174,14 @@ pub enum PtyEnd {
     Killed,
 }
 
+/// What [`run`] returns: how the run ended and, when the shell was reaped, its receipt (SPEC §7:
+/// the `wait4` rusage of the shell and every descendant it waited for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PtyRun {
+    pub end: PtyEnd,
+    pub resources: Option<crate::resources::Resources>,
+}
+
 /// Where [`run`] delivers the model-facing text.
 pub trait PtyOutput: Send {
     /// Text (vt100 "basic formatted": plain text with SGR codes) of rows that left the screen,
@@ -288,7 +296,7 @@ pub async fn run(
     deadline: Option<Instant>,
     cancel: &CancellationToken,
     out: &mut dyn PtyOutput,
-) -> io::Result<PtyEnd> {
+) -> io::Result<PtyRun> {
     let size = hooks.size.unwrap_or(DEFAULT_SIZE).clamped();
     let kind = ShellKind::of(&cfg.shell);
     let mut argv: Vec<OsString> = cfg.prefix.iter().map(OsString::from).collect();
@@ -326,11 +334,14 @@ pub async fn run(
     // If a helper thread cannot be started, the command must not outlive the error: dropping
     // the group kills it.
 
-    let (exit_tx, mut exit_rx) = tokio::sync::oneshot::channel::<Option<i32>>();
+    let spawned = Instant::now();
+    let (exit_tx, mut exit_rx) =
+        tokio::sync::oneshot::channel::<(Option<i32>, Option<crate::resources::Resources>)>();
     std::thread::Builder::new().name("pty-wait".into()).spawn(move || {
-        let status = wait_child(child);
+        let (status, usage) = wait_child(child);
+        let receipt = usage.map(|ru| crate::resources::from_rusage(spawned.elapsed(), &ru));
         procs::disown_child(pid);
-        let _ = exit_tx.send(status);
+        let _ = exit_tx.send((status, receipt));
     })?;
 
     let screen = Arc::new(Mutex::new(Screen::new(size)));
@@ -400,6 +411,7 @@ pub async fn run(
 
     let mut control = hooks.control;
     let mut exit: Option<Option<i32>> = None;
+    let mut resources = None;
     let mut exited_at: Option<Instant> = None;
     let mut eof = false;
     let mut ending: Option<PtyEnd> = None;
@@ -467,7 +479,9 @@ pub async fn run(
                 out.idle(&|| lock(&screen).live_text());
             }
             st = &mut exit_rx, if exit.is_none() => {
-                exit = Some(st.ok().flatten());
+                let (status, receipt) = st.unwrap_or((None, None));
+                exit = Some(status);
+                resources = receipt;
                 exited_at = Some(Instant::now());
             }
             msg = recv_control(&mut control), if running => match msg {
@@ -522,7 +536,8 @@ pub async fn run(
     drop(input_tx);
     drop(chunk_rx);
     drop(master);
-    Ok(ending.unwrap_or(PtyEnd::Exited(exit.flatten())))
+    let end = ending.unwrap_or(PtyEnd::Exited(exit.flatten()));
+    Ok(PtyRun { end, resources })
 }
 
 /// Our own read end of the master: a duplicate of its fd, so the reader thread can ask whether
@@ -569,15 +584,36 @@ async fn recv_control(rx: &mut Option<mpsc::UnboundedReceiver<PtyControl>>) -> O
     }
 }
 
-/// Blocks until the child exits; its status as a shell reports it (128 + N for signal N).
+/// Blocks until the child exits; its status as a shell reports it (128 + N for signal N), and its
+/// rusage (the child and the descendants it waited for).
 #[allow(clippy::disallowed_methods)] // on the `pty-wait` thread of its own
-fn wait_child(mut child: Box<dyn portable_pty::Child + Send + Sync>) -> Option<i32> {
-    // portable-pty's own status keeps only the signal's name; the std child underneath has it all.
+fn wait_child(
+    mut child: Box<dyn portable_pty::Child + Send + Sync>,
+) -> (Option<i32>, Option<libc::rusage>) {
+    use std::os::unix::process::ExitStatusExt;
+    // portable-pty's own status keeps only the signal's name; the std child underneath has it
+    // all. It is reaped with `wait4` for its rusage; std's `Child` then never waits again.
     let plain: &mut dyn portable_pty::Child = &mut *child;
     if let Some(std_child) = plain.downcast_mut::<std::process::Child>() {
-        return std_child.wait().ok().and_then(shell::exit_code);
+        let pid = std_child.id() as libc::pid_t;
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: valid pointers to locals; `pid` is our own unreaped child.
+            let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+            if r == pid {
+                let code = shell::exit_code(std::process::ExitStatus::from_raw(status));
+                return (code, Some(ru));
+            }
+            if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            // Reaped elsewhere (it should not be): std's wait reports what it can.
+            return (std_child.wait().ok().and_then(shell::exit_code), None);
+        }
     }
-    child.wait().ok().map(|st| st.exit_code() as i32)
+    (child.wait().ok().map(|st| st.exit_code() as i32), None)
 }
 
 #[cfg(test)]

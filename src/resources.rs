@@ -1,19 +1,30 @@
 //! SPEC §7 (Ours, receipt): what a finished run cost, from what Linux tells an unprivileged
 //! process: `resources {wall_ms, cpu_user_ms, cpu_sys_ms, max_rss_kib}`.
 //!
-//! A command runs inside a persistent shell (`crate::shell::local`), which reaps its processes,
-//! so the backend never gets their `wait4` rusage. Instead:
-//! - CPU: `/proc/<shell>/stat` before and after the command. The shell's own time (builtins,
-//!   loops in the shell itself) plus `cutime`/`cstime`, the time of the children it has waited
-//!   for, which include their own waited-for children: the foreground part of the command, whole.
-//!   Background jobs still running are not counted. Resolution: one clock tick (10 ms).
+//! A command of a pipe run runs inside a persistent shell (`crate::shell::local`), which reaps
+//! its processes, so the backend never gets their `wait4` rusage. Instead ([`Meter`]):
+//! - CPU, where the shell session has a cgroup v2 of its own ([`crate::shell::procs`]): the
+//!   cgroup's `cpu.stat` (`user_usec`, `system_usec`) before and after the command. It holds
+//!   every process of the session, waited for or not (a daemon that left with `setsid` too), in
+//!   microseconds; the shell's own time and a background job of an earlier command that is still
+//!   busy count as well.
+//! - CPU otherwise: `/proc/<shell>/stat` before and after the command. The shell's own time
+//!   (builtins, loops in the shell itself) plus `cutime`/`cstime`, the time of the children it
+//!   has waited for, which include their own waited-for children: the foreground part of the
+//!   command, whole. Background jobs still running are not counted. Resolution: one clock tick
+//!   (10 ms).
 //! - Peak memory: the largest `VmHWM` (a process's own peak resident set, as `ru_maxrss`) among
 //!   the shell's descendants, sampled every [`SAMPLE_EVERY`] while the command runs: a process
-//!   that lives shorter than that may be missed.
+//!   that lives shorter than that may be missed. (A cgroup's `memory.peak` is not used: it counts
+//!   the page cache the command's writes fill, which no process's resident set holds, and it
+//!   needs the memory controller delegated.)
+//!
+//! A PTY run's shell is the backend's own child, so its receipt is exact ([`from_rusage`]): the
+//! `wait4` rusage of the shell, which includes every descendant it waited for (CPU) and the
+//! largest resident set among them.
 //!
 //! Fields the OS could not tell (the shell was killed on timeout, no process was sampled) are
-//! absent. Not used: cgroup v2 statistics (they need a delegated subtree, which this kind of
-//! machine does not give).
+//! absent.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -76,7 +87,7 @@ pub fn format_kib(kib: u64) -> String {
     }
 }
 
-/// CPU times of a process and its waited-for children, in clock ticks.
+/// CPU times: of a process and its waited-for children in clock ticks, or of a cgroup in µs.
 #[derive(Debug, Clone, Copy)]
 struct Cpu {
     user: u64,
@@ -108,13 +119,45 @@ fn ticks_per_second() -> u64 {
     }
 }
 
+/// The receipt of a process the backend reaped itself with `wait4` (a PTY run's shell), which
+/// ran for `wall`.
+pub fn from_rusage(wall: Duration, ru: &libc::rusage) -> Resources {
+    let ms = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1000 + (t.tv_usec.max(0) as u64) / 1000;
+    Resources {
+        wall_ms: u64::try_from(wall.as_millis()).unwrap_or(u64::MAX),
+        cpu_user_ms: Some(ms(ru.ru_utime)),
+        cpu_sys_ms: Some(ms(ru.ru_stime)),
+        // Linux reports kilobytes; 0 means the process never ran long enough to have a page.
+        max_rss_kib: (ru.ru_maxrss > 0).then_some(ru.ru_maxrss as u64),
+    }
+}
+
+/// CPU time of a cgroup v2 and everything below it, in microseconds (`cpu.stat`).
+fn cgroup_cpu_usec(dir: &std::path::Path) -> Option<Cpu> {
+    let stat = std::fs::read_to_string(dir.join("cpu.stat")).ok()?;
+    let field = |name: &str| {
+        stat.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
+    };
+    Some(Cpu { user: field("user_usec")?, sys: field("system_usec")? })
+}
+
+/// Where a [`Meter`] reads CPU time.
+#[derive(Debug)]
+enum CpuSource {
+    /// The shell session's own cgroup v2 (µs).
+    Cgroup(std::path::PathBuf, Option<Cpu>),
+    /// `/proc/<shell>/stat` (clock ticks).
+    Proc(Option<Cpu>),
+}
+
 /// Measures one command run by the shell `pid`: start it right before sending the command,
 /// [`finish`](Self::finish) it once the shell reported the command done.
 #[derive(Debug)]
 pub struct Meter {
     pid: i32,
     started: Instant,
-    before: Option<Cpu>,
+    before: CpuSource,
     peak: Arc<AtomicU64>,
     sampler: tokio::task::JoinHandle<()>,
 }
@@ -135,7 +178,14 @@ impl Meter {
                 }
             }
         });
-        Meter { pid, started: Instant::now(), before: cpu_of(pid), peak, sampler }
+        let before = match crate::shell::procs::session_cgroup_of(pid) {
+            Some(dir) => {
+                let cpu = cgroup_cpu_usec(&dir);
+                CpuSource::Cgroup(dir, cpu)
+            }
+            None => CpuSource::Proc(cpu_of(pid)),
+        };
+        Meter { pid, started: Instant::now(), before, peak, sampler }
     }
 
     /// The receipt. `alive`: the shell survived the command (after a kill its counters are gone).
@@ -143,10 +193,14 @@ impl Meter {
         self.sampler.abort();
         let wall_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let peak = self.peak.load(Ordering::Relaxed);
-        let after = if alive { cpu_of(self.pid) } else { None };
-        let (cpu_user_ms, cpu_sys_ms) = match (self.before, after) {
+        let (before, after, per_second) = match &self.before {
+            // A killed session's cgroup may be gone; then nothing is known.
+            CpuSource::Cgroup(dir, b) => (*b, cgroup_cpu_usec(dir).filter(|_| alive), 1_000_000),
+            CpuSource::Proc(b) => (*b, cpu_of(self.pid).filter(|_| alive), ticks_per_second()),
+        };
+        let (cpu_user_ms, cpu_sys_ms) = match (before, after) {
             (Some(b), Some(a)) => {
-                let ms = |t: u64| t * 1000 / ticks_per_second();
+                let ms = |t: u64| t * 1000 / per_second;
                 (Some(ms(a.user.saturating_sub(b.user))), Some(ms(a.sys.saturating_sub(b.sys))))
             }
             _ => (None, None),

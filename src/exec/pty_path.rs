@@ -84,7 +84,8 @@ impl Runtime {
         // head-only `| head -n N` stage stayed in the command ([`crate::normalize::normalize_pty`]):
         // the real `head` ends the producer exactly as under bash.
         let end = pty::run(&cfg, &norm.runnable(), cwd, hooks, deadline, &cancel, &mut out).await;
-        let outcome = match end {
+        let resources = end.as_ref().ok().and_then(|run| run.resources);
+        let outcome = match end.map(|run| run.end) {
             Ok(PtyEnd::Exited(Some(code))) => Outcome::Exited(code),
             Ok(PtyEnd::Exited(None)) => Outcome::MissingExitStatus,
             Ok(PtyEnd::TimedOut) => {
@@ -107,6 +108,12 @@ impl Runtime {
         if !norm.rewrites.is_empty() {
             r.normalized = serde_json::to_value(norm).ok();
         }
+        // Without the shell's rusage (it was not reaped: a PTY error, a kill that left it), the
+        // wall time alone.
+        r.set_resources(resources.unwrap_or(crate::resources::Resources {
+            wall_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ..Default::default()
+        }));
         r
     }
 

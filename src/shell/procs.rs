@@ -276,6 +276,23 @@ pub fn tracking_mode() -> &'static str {
     &tracker().mode
 }
 
+/// The cgroup of `pid` when it is one of our groups' own (a shell session's), so that its
+/// statistics are the session's and nobody else's; `None` on the fallback path.
+pub fn session_cgroup_of(pid: i32) -> Option<PathBuf> {
+    let parent = tracker().cgroup.as_ref()?;
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    // Our groups are `<parent>/g<id>`: the process's cgroup path ends with the parent's name and
+    // one more component.
+    let (dir_rel, name) = rel.rsplit_once('/')?;
+    let parent_name = parent.file_name()?.to_str()?;
+    if !name.starts_with('g') || !dir_rel.ends_with(&format!("/{parent_name}")) {
+        return None;
+    }
+    let dir = parent.join(name);
+    dir.is_dir().then_some(dir)
+}
+
 /// Our own cgroup v2 directory: `/proc/self/cgroup`'s `0::<path>` under the cgroup2 mount.
 fn own_cgroup_dir() -> Result<PathBuf, String> {
     let text =
