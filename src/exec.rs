@@ -137,7 +137,12 @@ impl Runtime {
     pub fn new(settings: Settings, session_dir: PathBuf, base_dir: PathBuf) -> Result<Runtime> {
         let shell = settings.resolve_shell();
         let prefix = settings.resolve_prefix()?;
-        let runtime_dir = tempfile::Builder::new().prefix("agent-bash-").tempdir()?;
+        let mut runtime = tempfile::Builder::new();
+        runtime.prefix("agent-bash-");
+        let runtime_dir = match runtime.tempdir_in(shell::runtime_base()) {
+            Ok(dir) => dir,
+            Err(_) => runtime.tempdir()?,
+        };
         let bang_env = command_env(&settings, &shell);
         let env = bang_env
             .iter()

@@ -14,8 +14,9 @@
 //!   command, whole. Background jobs still running are not counted. Resolution: one clock tick
 //!   (10 ms).
 //! - Peak memory: the largest `VmHWM` (a process's own peak resident set, as `ru_maxrss`) among
-//!   the shell's descendants, sampled every [`SAMPLE_EVERY`] while the command runs: a process
-//!   that lives shorter than that may be missed. (A cgroup's `memory.peak` is not used: it counts
+//!   the shell's descendants (the members of its cgroup, when it has one), sampled every
+//!   [`SAMPLE_EVERY`] while the command runs, from one period in: a process that lives shorter
+//!   than that may be missed, and a command that ends sooner reports none. (A cgroup's `memory.peak` is not used: it counts
 //!   the page cache the command's writes fill, which no process's resident set holds, and it
 //!   needs the memory controller delegated.)
 //!
@@ -166,19 +167,34 @@ impl Meter {
     pub fn start(pid: i32) -> Meter {
         let peak = Arc::new(AtomicU64::new(0));
         let seen = peak.clone();
+        let cgroup = crate::shell::procs::session_cgroup_of(pid);
+        let members = cgroup.clone();
         let sampler = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SAMPLE_EVERY);
+            // The first look is one period in: a command that ends sooner costs no sampling at
+            // all (a walk of `/proc` is hundreds of system calls on a busy machine), and its
+            // processes would rarely have been caught anyway.
+            let first = tokio::time::Instant::now() + SAMPLE_EVERY;
+            let mut tick = tokio::time::interval_at(first, SAMPLE_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                for p in descendants(pid) {
+                // With a cgroup of its own, the session's members are listed there.
+                let pids = match &members {
+                    Some(dir) => {
+                        let mut pids = crate::shell::procs::cgroup_pids(dir);
+                        pids.retain(|&p| p != pid);
+                        pids
+                    }
+                    None => descendants(pid),
+                };
+                for p in pids {
                     if let Some(kib) = vm_hwm_kib(p) {
                         seen.fetch_max(kib, Ordering::Relaxed);
                     }
                 }
             }
         });
-        let before = match crate::shell::procs::session_cgroup_of(pid) {
+        let before = match cgroup {
             Some(dir) => {
                 let cpu = cgroup_cpu_usec(&dir);
                 CpuSource::Cgroup(dir, cpu)

@@ -66,6 +66,26 @@ const PIPE_SIZE: libc::c_int = 1 << 20;
 /// A shell that does not say it is ready within this time is considered broken.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Where the private runtime directory (FIFOs, the per-command file, snapshots) is made: a
+/// memory file system when there is one we may write, since every command creates a FIFO and
+/// a file there and removes the FIFO (measured here: 330 µs per command on ext4, 30 µs on
+/// tmpfs). `$XDG_RUNTIME_DIR` (the user's own tmpfs), else `/dev/shm`, else the temp directory.
+pub fn runtime_base() -> PathBuf {
+    let usable = |dir: &Path| {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
+        // SAFETY: a valid C string; access(2) only reads it.
+        dir.is_absolute()
+            && dir.is_dir()
+            && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
+    };
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| usable(d))
+        .or_else(|| Some(PathBuf::from("/dev/shm")).filter(|d| usable(d)))
+        .unwrap_or_else(std::env::temp_dir)
+}
+
 /// The spawn error of a shell that cannot see the backend's runtime directory (a prefix such
 /// as `docker exec -i box` runs it in another filesystem): see [`run_oneshot`].
 pub const ISOLATED: &str = "the shell cannot see the backend's files (isolating prefix)";
@@ -302,6 +322,9 @@ pub struct Shell {
     kind: ShellKind,
     /// Bash: the directory holding this shell's driver file (see the module docs).
     driver_dir: Option<PathBuf>,
+    /// The read buffer, kept from one command to the next: zeroing [`READ_CHUNK`] bytes for
+    /// every command is a measurable part of a builtin's round trip.
+    buf: Vec<u8>,
 }
 
 /// Shell variables the bash protocol line hands to the driver.
@@ -369,6 +392,7 @@ impl Shell {
             status_fd: 9,
             kind,
             driver_dir: None,
+            buf: Vec::new(),
         };
         let mut init = String::new();
         match kind {
@@ -491,7 +515,8 @@ impl Shell {
             return Ok(RunEnd { ending: Ending::ShellExited(status), closed_early: false });
         }
 
-        let mut buf = vec![0u8; READ_CHUNK];
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.resize(READ_CHUNK, 0);
         let mut started = false; // the FIFO has a writer: EOF now means "all writers closed"
         let mut eof = false;
         let mut closed_early = false;
@@ -585,6 +610,7 @@ impl Shell {
             }
         }
         drop(rx);
+        self.buf = buf;
         let _ = std::fs::remove_file(&fifo);
         // Fallback tracking: what the command left running is known before the next one.
         self.group.note();

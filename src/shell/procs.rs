@@ -353,7 +353,7 @@ fn create_parent_cgroup() -> Result<PathBuf, String> {
 }
 
 /// Pids in a cgroup and its descendants.
-fn cgroup_pids(dir: &Path) -> Vec<i32> {
+pub fn cgroup_pids(dir: &Path) -> Vec<i32> {
     let mut out: Vec<i32> = fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .split_ascii_whitespace()
