@@ -622,7 +622,7 @@ impl ArtifactWriter {
     fn hand_off(&mut self) -> io::Result<()> {
         let next = self.spare_buffer();
         let full = std::mem::replace(&mut self.pending, next);
-        let newlines = std::mem::replace(&mut self.pending_newlines, Some(0));
+        let newlines = self.pending_newlines.replace(0);
         self.send((full, newlines))
     }
 
