@@ -336,8 +336,9 @@ async fn rpc_head_close_reports_heads_status() {
 
 #[tokio::test]
 async fn rpc_isolating_prefix_still_runs_commands() {
-    // A prefix that gives the shell its own /tmp, as a container would: it cannot see the
-    // backend's FIFOs, so each command runs in a process of its own.
+    // A prefix that gives the shell its own /tmp and /dev/shm, as a container would: it cannot
+    // see the backend's FIFOs (made under one of them, `XDG_RUNTIME_DIR` being cleared), so each
+    // command runs in a process of its own.
     if !std::process::Command::new("unshare")
         .args(["-m", "true"])
         .status()
@@ -347,10 +348,11 @@ async fn rpc_isolating_prefix_still_runs_commands() {
         return;
     }
     let prefix = concat!(
-        r#"prefix = "unshare -m sh -c 'mount -t tmpfs none /tmp && exec \"$0\" \"$@\"'""#,
+        r#"prefix = "unshare -m sh -c 'mount -t tmpfs none /tmp && mount -t tmpfs none /dev/shm && exec \"$0\" \"$@\"'""#,
         "\n"
     );
-    let mut rpc = Rpc::start_with(Some(prefix)).await;
+    let state = tempfile::tempdir().unwrap();
+    let mut rpc = Rpc::start_env(state, Some(prefix), &[], &[("XDG_RUNTIME_DIR", "")]).await;
     let d = rpc.tool(json!({"command": "echo inside; ls /tmp | wc -l; exit 3", "cwd": "/"})).await;
     assert_eq!(d["output"], "inside\n0\n\nCommand exited with code 3");
     assert_eq!(d["exitCode"], 3);
