@@ -715,6 +715,46 @@ mod tests {
         }
     }
 
+    /// Memory does not grow with the output: after a million lines, a fifth of them diagnostics
+    /// and some lines far longer than what is looked at, the rescue holds its first lines, its
+    /// ring of recent ones and one carried line start, as after ten thousand.
+    #[test]
+    fn rescue_memory_is_bounded_whatever_the_output_size() {
+        let held = |r: &Rescue| {
+            let texts: usize = r.first.iter().chain(&r.recent).map(|c| c.text.capacity()).sum();
+            (r.first.len(), r.recent.len(), r.carry.capacity(), texts)
+        };
+        let long = "y".repeat(5 * SCAN_MAX);
+        let chunk: String = (0..1000)
+            .map(|i| match i % 5 {
+                0 => format!("src/m{i}.c:{i}:5: error: 'x' undeclared\n"),
+                1 => format!("{long}\n"),
+                _ => format!("test tests::case_{i} ... ok\n"),
+            })
+            .collect();
+        let mut r = Rescue::new(u64::MAX);
+        r.push(chunk.as_bytes());
+        for _ in 0..9 {
+            r.push_counted(chunk.as_bytes(), Some(1000));
+        }
+        let after_ten = held(&r);
+        for _ in 0..990 {
+            r.push_counted(chunk.as_bytes(), Some(1000));
+        }
+        let after_all = held(&r);
+        assert_eq!((after_all.0, after_all.1), (MAX_LINES, RECENT_MAX));
+        assert_eq!(
+            (after_ten.0, after_ten.1, after_ten.2),
+            (after_all.0, after_all.1, after_all.2)
+        );
+        assert!(after_all.2 <= 2 * SCAN_MAX, "carry {}", after_all.2);
+        // Kept texts are clipped lines: bounded by the counts above.
+        assert!(after_all.3 <= (MAX_LINES + RECENT_MAX) * (LINE_TEXT_MAX + 4), "{after_all:?}");
+        let rescued = r.finish(u64::MAX, "");
+        assert_eq!(rescued.len(), MAX_LINES);
+        assert_eq!(rescued.last().unwrap().line, 999 * 1000 + 996);
+    }
+
     fn has_trigger(line: &str) -> bool {
         let with_nl = format!("\n{line}\n");
         finder().is_match(with_nl.as_str())
