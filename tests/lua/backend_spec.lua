@@ -147,6 +147,40 @@ t.describe('tool_call', function()
     t.ok(vim.api.nvim_get_current_win() ~= card.win, 'tool cards do not take focus')
   end)
 
+  t.it('sends a profile and a remote cwd as given; :AgentBash honours b:/g:agent_bash_profile (SPEC §12)', function()
+    local got = call({ command = 'echo hi', profile = 'dev', cwd = 'src' })
+    t.wait(function()
+      return #got.done == 1
+    end)
+    local _, last = backend.request('last_run', {})
+    t.eq({ 'dev', 'src', 'tool' }, { last.profile, last.cwd, last.origin })
+    t.eq('dev:$ cd src && echo hi', lines(newest().buf)[1])
+    vim.g.agent_bash_profile = 'box'
+    vim.b.agent_bash_profile = 'buf'
+    ab.command('echo hi')
+    t.wait(function()
+      local _, l = backend.request('last_run', {})
+      return l.origin == 'bang' and l.profile == 'buf'
+    end)
+    _, last = backend.request('last_run', {})
+    t.eq(nil, last.cwd, 'a remote bang command runs where its session is')
+    vim.b.agent_bash_profile = nil
+    ab.command('echo hi')
+    t.wait(function()
+      local _, l = backend.request('last_run', {})
+      return l.profile == 'box'
+    end)
+    vim.g.agent_bash_profile = nil
+    ab.command('echo hi')
+    t.wait(function()
+      local _, l = backend.request('last_run', {})
+      return l.profile == vim.NIL or l.profile == nil
+    end)
+    _, last = backend.request('last_run', {})
+    t.eq(vim.fn.getcwd(), last.cwd)
+    ab.close_all()
+  end)
+
   t.it('validates params', function()
     t.raises(function()
       ab.tool_call({}, { on_done = function() end })
@@ -157,6 +191,9 @@ t.describe('tool_call', function()
     t.raises(function()
       ab.tool_call({ command = 'x', head = 0 }, { on_done = function() end })
     end, 'params.head: expected a positive integer')
+    t.raises(function()
+      ab.tool_call({ command = 'x', profile = 3 }, { on_done = function() end })
+    end, 'params.profile: expected string')
     t.raises(function()
       ab.tool_call({ command = 'x' }, {})
     end, 'callbacks.on_done: expected callable')
