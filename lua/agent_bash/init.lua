@@ -217,10 +217,12 @@ end
 --- `vim.g.agent_bash_profile` (an empty string means none).
 ---@return string?
 function H.profile()
-  for _, p in ipairs({ vim.b.agent_bash_profile, vim.g.agent_bash_profile }) do
-    if type(p) == 'string' and p ~= '' then
-      return p
-    end
+  local b, g = vim.b.agent_bash_profile, vim.g.agent_bash_profile
+  if type(b) == 'string' and b ~= '' then
+    return b
+  end
+  if type(g) == 'string' and g ~= '' then
+    return g
   end
   return nil
 end

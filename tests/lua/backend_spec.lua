@@ -155,28 +155,27 @@ t.describe('tool_call', function()
     local _, last = backend.request('last_run', {})
     t.eq({ 'dev', 'src', 'tool' }, { last.profile, last.cwd, last.origin })
     t.eq('dev:$ cd src && echo hi', lines(newest().buf)[1])
+    ab.close_all()
+    local buf = vim.api.nvim_get_current_buf()
+    local function bang_profile(want)
+      ab.close_all()
+      vim.api.nvim_set_current_buf(buf)
+      ab.command('echo hi')
+      local l
+      local ok = pcall(t.wait, function()
+        _, l = backend.request('last_run', {})
+        return l.origin == 'bang' and l.profile == want
+      end)
+      t.ok(ok, vim.inspect(l))
+      return l
+    end
     vim.g.agent_bash_profile = 'box'
-    vim.b.agent_bash_profile = 'buf'
-    ab.command('echo hi')
-    t.wait(function()
-      local _, l = backend.request('last_run', {})
-      return l.origin == 'bang' and l.profile == 'buf'
-    end)
-    _, last = backend.request('last_run', {})
-    t.eq(nil, last.cwd, 'a remote bang command runs where its session is')
-    vim.b.agent_bash_profile = nil
-    ab.command('echo hi')
-    t.wait(function()
-      local _, l = backend.request('last_run', {})
-      return l.profile == 'box'
-    end)
+    t.eq(nil, bang_profile('box').cwd, 'a remote bang command runs where its session is')
+    vim.b[buf].agent_bash_profile = 'buf'
+    bang_profile('buf')
+    vim.b[buf].agent_bash_profile = nil
     vim.g.agent_bash_profile = nil
-    ab.command('echo hi')
-    t.wait(function()
-      local _, l = backend.request('last_run', {})
-      return l.profile == vim.NIL or l.profile == nil
-    end)
-    _, last = backend.request('last_run', {})
+    last = bang_profile(nil)
     t.eq(vim.fn.getcwd(), last.cwd)
     ab.close_all()
   end)
