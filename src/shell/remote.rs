@@ -5,8 +5,11 @@
 //! No shared filesystem is assumed, so everything travels in-band over the engine's stdin and
 //! stdout. On connect we send one line to whatever shell the engine starts:
 //! `exec bash --noprofile --norc -c '<driver>' agent-bash-remote NONCE MARK ENCODER`, where the
-//! driver is [`DRIVER`] (bash, plus `setsid`, `mkfifo`, `mktemp` and `grep` on the remote side;
-//! `perl` when present makes output faster, never required). The driver splits in two:
+//! driver is [`DRIVER`] (bash, plus `setsid`, `mkfifo`, `mktemp` and `grep` on the remote side).
+//! When the remote side has `perl` (every Debian and Ubuntu has it: perl-base is essential), the
+//! reader described below is [`READER_PL`], one process that needs no fork per command (a
+//! round trip of `true` then costs no process start at all); without perl the bash reader
+//! starts an encoder per command. The driver splits in two:
 //!
 //! * the *reader* owns the byte stream from us: it forwards command lines to the *shell* through
 //!   a FIFO, prepares one output FIFO and encoder per command ahead of time (off the critical
@@ -44,6 +47,8 @@ use super::procs;
 
 /// The remote driver, sent as text on connect (no binary is uploaded).
 pub const DRIVER: &str = include_str!("remote_driver.sh");
+/// The driver's fast path when the remote side has perl (one process, no fork per command).
+pub const READER_PL: &str = include_str!("remote_reader.pl");
 
 /// How long connecting (engine start, login, driver start-up) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -190,9 +195,10 @@ impl RemoteShell {
             Encoder::Auto => "auto",
             Encoder::Shell => "sh",
         };
+        let driver = format!("__reader_pl={}\n{DRIVER}", super::local::quote(READER_PL));
         let boot = format!(
             "exec bash --noprofile --norc -c {} agent-bash-remote {nonce} {mark} {encoder}\n",
-            super::local::quote(DRIVER)
+            super::local::quote(&driver)
         );
         let mut reader = BufReader::with_capacity(256 * 1024, stdout);
         let started = async {

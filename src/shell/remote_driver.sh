@@ -19,11 +19,6 @@ __d=$(mktemp -d "${TMPDIR:-/tmp}/agent-bash-remote.XXXXXX") || {
   printf '%s L cannot create a temporary directory\n' "$__n"
   exit 1
 }
-command -v setsid >/dev/null 2>&1 || {
-  printf '%s L setsid is not installed on the remote side\n' "$__n"
-  rm -rf "$__d"
-  exit 1
-}
 if [ "$__encoder" = auto ] && command -v perl >/dev/null 2>&1; then
   __encoder=perl
 else
@@ -75,6 +70,15 @@ printf '%s\n' \
 printf '%s\n' \
   '\builtin cd -- "${__ab_c:-$__ab_p}";OLDPWD=$__ab_o;\builtin eval "$__ab_cmd" {__ab_st}>&-' \
   >"$__d/bash"
+printf -v __q %q "$__d"
+# With perl, one process does the reader's work without a fork per command (remote_reader.pl,
+# appended to this text by agent-bash as the function __reader_pl).
+[ "$__encoder" = perl ] && exec perl -e "$__reader_pl" "$__n" "$__mark" "$__d" "$__q"
+command -v setsid >/dev/null 2>&1 || {
+  printf '%s L setsid is not installed on the remote side\n' "$__n"
+  rm -rf "$__d"
+  exit 1
+}
 mkfifo "$__d/c" || exit 1
 # The shell; when it exits (`exit`, `exec`, a crash, a kill) its status is reported.
 (
@@ -124,7 +128,6 @@ __end() {
   rm -rf "$__d"
 }
 # Start-up of the shell: the status fd, the environment, aliases on; then the ready frame.
-printf -v __q %q "$__d"
 printf '%s\n' "exec {__ab_st}>&1;__ab_n=$__n;__ab_d=$__q;\\builtin shopt -s expand_aliases;\\builtin printf '%s R %s %s\\n' \"\$__ab_n\" \"\$\$\" \"\$HOSTNAME\" >&\$__ab_st" >&8
 while IFS= read -r __l; do
   case $__l in
