@@ -474,6 +474,23 @@ async fn remote_shell_encoder_without_perl_is_exact_and_streams() {
     let want = Command::new("bash").arg("-c").arg(cmd).output().unwrap().stdout;
     assert_eq!(out.len(), want.len());
     assert!(out == want, "the bytes differ");
+    // The bash reader keeps state and kills the whole tree on cancel, as the perl one does.
+    let mut text = Vec::new();
+    let mut sink = |b: &[u8]| {
+        text.extend_from_slice(b);
+        true
+    };
+    sh.run("v=kept; cd /tmp", None, &mut sink, None, &cancel).await;
+    sh.run("echo $v; pwd", None, &mut sink, None, &cancel).await;
+    assert_eq!(String::from_utf8_lossy(&text), "kept\n/tmp\n");
+    let (a, b) = (unique_sleep(), unique_sleep());
+    let cmd = format!("sleep {a} & (setsid sleep {b} &); sleep {b}");
+    let mut sink = |_: &[u8]| true;
+    let deadline = Some(Instant::now() + Duration::from_millis(1500));
+    let end = sh.run(&cmd, None, &mut sink, deadline, &cancel).await;
+    assert!(matches!(end, RemoteEnd::Ended(e) if e.ending == agent_bash::shell::local::Ending::TimedOut));
+    assert_eq!(sshd.remote_pgrep(&a), "");
+    assert_eq!(sshd.remote_pgrep(&b), "");
     sh.close().await;
 }
 
