@@ -940,11 +940,14 @@ fn bench_remote(runs: usize) {
     }
     let (o, b) = (median(ours), median(base));
     row(
-        "round trip of `true` (live session vs fresh `ssh host true`)",
+        &format!(
+            "round trip of `true` (live session vs fresh `ssh host true`: {:.0}× faster)",
+            b.as_secs_f64() / o.as_secs_f64()
+        ),
         format!("{:.3} ms", o.as_secs_f64() * 1e3),
         format!("{:.3} ms", b.as_secs_f64() * 1e3),
         o.as_secs_f64() / b.as_secs_f64(),
-        "≤ 3 ms, ≥ 100× faster than a fresh ssh",
+        "≤ 3 ms, ≤ 0.01× (≥ 100× faster)",
     );
     let mb = (200.0 * scale()).max(1.0) as u64;
     let big = state.path().join("big.txt");
