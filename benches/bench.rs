@@ -874,9 +874,21 @@ impl LoopbackSshd {
         let key = self.dir.path().join("user").display().to_string();
         let port = self.port.to_string();
         [
-            "ssh", "-T", "-i", &key, "-p", &port, "-o", "BatchMode=yes", "-o",
-            "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
-            "LogLevel=ERROR", "root@127.0.0.1",
+            "ssh",
+            "-T",
+            "-i",
+            &key,
+            "-p",
+            &port,
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "root@127.0.0.1",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -901,11 +913,8 @@ fn bench_remote(runs: usize) {
         Settings { state_dir: Some(state.path().join("state")), ..Settings::default() };
     settings.profiles.insert("bench".into(), argv.clone());
     let rt = Runtime::new(settings, state.path().join("session"), state.path().into()).unwrap();
-    let tokio_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let tokio_rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let run = |command: &str| {
         let req = Request {
             command: command.into(),
@@ -926,7 +935,9 @@ fn bench_remote(runs: usize) {
         cmd.args(&argv[1..]).arg(script).stdin(Stdio::null());
         time_cmd(&mut cmd)
     };
-    println!("\n### Remote session over loopback ssh (tool call with a profile, median of {runs})\n");
+    println!(
+        "\n### Remote session over loopback ssh (tool call with a profile, median of {runs})\n"
+    );
     println!("| measure | ours | baseline | ours ÷ baseline | goal |");
     println!("|---|---|---|---|---|");
     run("true"); // connect

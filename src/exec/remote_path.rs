@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{blocked_result, settings, Feed, Origin, Request, Runtime, UpdateFn, BANG_KEY, DEFAULT_KEY};
+use super::{
+    blocked_result, settings, Feed, Origin, Request, Runtime, UpdateFn, BANG_KEY, DEFAULT_KEY,
+};
 use crate::normalize::{self, Normalized};
 use crate::result::{self, BashResult, Outcome, Remote};
 use crate::shell::local::Ending;
@@ -38,14 +40,17 @@ impl Slot {
     }
 }
 
+/// One (profile, session key) pair's session, locked while a command runs in it.
+type SharedSlot = Arc<tokio::sync::Mutex<Slot>>;
+
 /// The live remote sessions, by (profile, session key).
 #[derive(Default)]
 pub(crate) struct Pool {
-    sessions: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<Slot>>>>,
+    sessions: Mutex<HashMap<(String, String), SharedSlot>>,
 }
 
 impl Pool {
-    fn slot(&self, profile: &str, key: &str) -> Arc<tokio::sync::Mutex<Slot>> {
+    fn slot(&self, profile: &str, key: &str) -> SharedSlot {
         let mut map = match self.sessions.lock() {
             Ok(m) => m,
             Err(p) => p.into_inner(),
@@ -53,7 +58,7 @@ impl Pool {
         map.entry((profile.to_string(), key.to_string())).or_default().clone()
     }
 
-    fn all(&self) -> Vec<Arc<tokio::sync::Mutex<Slot>>> {
+    fn all(&self) -> Vec<SharedSlot> {
         match self.sessions.lock() {
             Ok(m) => m.values().cloned().collect(),
             Err(p) => p.into_inner().values().cloned().collect(),
@@ -227,12 +232,18 @@ impl Runtime {
                     Outcome::Exited(if end.closed_early { 0 } else { code })
                 }
                 Ending::ShellExited(None) => Outcome::MissingExitStatus,
-                Ending::TimedOut => Outcome::TimedOut(timeout.map(|t| t.duration).unwrap_or_default()),
+                Ending::TimedOut => {
+                    Outcome::TimedOut(timeout.map(|t| t.duration).unwrap_or_default())
+                }
                 Ending::Cancelled => Outcome::Cancelled,
             },
         };
-        let mut r =
-            result::shape(feed.finish().finish(), &outcome, started.elapsed(), limits.max_bytes as u64);
+        let mut r = result::shape(
+            feed.finish().finish(),
+            &outcome,
+            started.elapsed(),
+            limits.max_bytes as u64,
+        );
         if let Some(why) = lost {
             let kept = r
                 .output

@@ -40,7 +40,9 @@ pub struct Settings {
 pub fn unknown_profile(name: &str, profiles: &BTreeMap<String, Vec<String>>) -> String {
     let known: Vec<&str> = profiles.keys().map(String::as_str).collect();
     match known.is_empty() {
-        true => format!("Unknown profile {name:?}: no profiles are defined in the settings ([profiles])"),
+        true => format!(
+            "Unknown profile {name:?}: no profiles are defined in the settings ([profiles])"
+        ),
         false => format!("Unknown profile {name:?} (defined: {}, or \"local\")", known.join(", ")),
     }
 }

@@ -42,7 +42,9 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::local::{exit_code, Ending, OutputSink, RunEnd, BACKGROUND_CAP, BACKGROUND_IDLE, IDLE_TICK};
+use super::local::{
+    exit_code, Ending, OutputSink, RunEnd, BACKGROUND_CAP, BACKGROUND_IDLE, IDLE_TICK,
+};
 use super::procs;
 
 /// The remote driver, sent as text on connect (no binary is uploaded).
@@ -568,7 +570,9 @@ async fn read_frames(
         let b = w.next();
         let frame = match (kind, a, b) {
             (Some("O"), Some(seq), Some(len)) => {
-                let Ok(len) = len.parse::<usize>() else { break "protocol error: bad length".into() };
+                let Ok(len) = len.parse::<usize>() else {
+                    break "protocol error: bad length".into();
+                };
                 if len > 1 << 20 {
                     break "protocol error: frame too long".into();
                 }

@@ -229,7 +229,10 @@ async fn remote_keeps_state_across_calls_and_says_where_it_ran() {
     assert_eq!(run(&f, "echo $AGENT_BASH $GIT_PAGER $CI", "s").await.output, "1 cat true\n");
     // Errors, exit statuses and a failing command that the session survives.
     let r = run(&f, "echo out; echo err >&2; exit_status() { return 3; }; exit_status", "s").await;
-    assert_eq!((r.output.as_str(), r.exit_code), ("out\nerr\n\nCommand exited with code 3", Some(3)));
+    assert_eq!(
+        (r.output.as_str(), r.exit_code),
+        ("out\nerr\n\nCommand exited with code 3", Some(3))
+    );
     let r = run(&f, "echo 'unterminated", "s").await;
     assert_eq!(r.exit_code, Some(2));
     assert_eq!(run(&f, "echo $x", "s").await.output, "41\n");
@@ -464,13 +467,16 @@ async fn remote_shell_encoder_without_perl_is_exact_and_streams() {
     let mut out = Vec::new();
     let cancel = CancellationToken::new();
     // Every byte value, a partial last line, and more than one frame's worth.
-    let cmd = "for i in $(seq 0 255); do printf \"\\\\$(printf %o $i)\"; done; seq 1 3000; printf tail";
+    let cmd =
+        "for i in $(seq 0 255); do printf \"\\\\$(printf %o $i)\"; done; seq 1 3000; printf tail";
     let mut sink = |b: &[u8]| {
         out.extend_from_slice(b);
         true
     };
     let end = sh.run(cmd, None, &mut sink, None, &cancel).await;
-    assert!(matches!(end, RemoteEnd::Ended(e) if e.ending == agent_bash::shell::local::Ending::Done(0)));
+    assert!(
+        matches!(end, RemoteEnd::Ended(e) if e.ending == agent_bash::shell::local::Ending::Done(0))
+    );
     let want = Command::new("bash").arg("-c").arg(cmd).output().unwrap().stdout;
     assert_eq!(out.len(), want.len());
     assert!(out == want, "the bytes differ");
@@ -488,7 +494,9 @@ async fn remote_shell_encoder_without_perl_is_exact_and_streams() {
     let mut sink = |_: &[u8]| true;
     let deadline = Some(Instant::now() + Duration::from_millis(1500));
     let end = sh.run(&cmd, None, &mut sink, deadline, &cancel).await;
-    assert!(matches!(end, RemoteEnd::Ended(e) if e.ending == agent_bash::shell::local::Ending::TimedOut));
+    assert!(
+        matches!(end, RemoteEnd::Ended(e) if e.ending == agent_bash::shell::local::Ending::TimedOut)
+    );
     assert_eq!(sshd.remote_pgrep(&a), "");
     assert_eq!(sshd.remote_pgrep(&b), "");
     sh.close().await;
@@ -608,7 +616,9 @@ async fn remote_differential_corpus_matches_local_bash() {
             for (i, step) in steps.iter().enumerate().take(k + 1) {
                 let name = format!("DIFF_S{i}");
                 match i < k {
-                    true => script.push_str(&format!("eval \"${name}\" >/dev/null 2>&1 </dev/null; ")),
+                    true => {
+                        script.push_str(&format!("eval \"${name}\" >/dev/null 2>&1 </dev/null; "))
+                    }
                     false => script.push_str(&format!("eval \"${name}\"")),
                 }
                 vars.push((name, *step));
