@@ -5,7 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
 //! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `mcp`, `exec`, `rss`,
-//! `abort`, `nvim`, `pty`, `editor`, `remote`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
+//! `abort`, `nvim`, `pty`, `editor`, `fence`, `remote`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -215,10 +215,15 @@ struct RpcProc {
 
 impl RpcProc {
     fn start() -> RpcProc {
+        RpcProc::start_with("")
+    }
+
+    /// With more settings (TOML lines) after `state_dir`.
+    fn start_with(settings: &str) -> RpcProc {
         let state = tempfile::tempdir().unwrap();
         let cfg = state.path().join("c.toml");
-        std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap()))
-            .unwrap();
+        let state_dir = state.path().to_str().unwrap();
+        std::fs::write(&cfg, format!("state_dir = {state_dir:?}\n{settings}")).unwrap();
         let mut child = Command::new(BIN)
             .arg("--log-file")
             .arg(state.path().join("log"))
@@ -249,6 +254,15 @@ impl RpcProc {
                 return line;
             }
         }
+    }
+
+    /// A round trip in the shell session of `key` (the default one when `None`).
+    fn round_trip_in(&mut self, id: &str, command: &str, key: Option<&str>) -> Duration {
+        let key = key.map(|k| format!(",\"session_key\":{k:?}")).unwrap_or_default();
+        let t = Instant::now();
+        self.send(&format!("{{\"id\":\"{id}\",\"type\":\"bash\",\"command\":{command:?}{key}}}"));
+        self.wait(id);
+        t.elapsed()
     }
 
     fn round_trip(&mut self, id: &str, command: &str) -> Duration {
@@ -289,6 +303,34 @@ fn bench_rpc(runs: usize) {
             format!("{:.3} ms", b.as_secs_f64() * 1e3),
             o.as_secs_f64() / b.as_secs_f64(),
             goal,
+        );
+    }
+}
+
+/// SPEC §13: what the Landlock fence costs, fenced and unfenced `rpc` side by side: per command
+/// in a live session, and per new session (where the fence is set up).
+fn bench_fence(runs: usize) {
+    println!("\n### Fence (Landlock, `sandbox = \"workspace-write\"`; median of {runs})\n");
+    println!("| what | fenced | unfenced | fenced − unfenced | goal |");
+    println!("|---|---|---|---|---|");
+    let mut plain = RpcProc::start();
+    let mut fenced = RpcProc::start_with("sandbox = \"workspace-write\"\n");
+    for (name, key) in [("`true` in a live session", false), ("`true` in a new session", true)] {
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        plain.round_trip("w", "true");
+        fenced.round_trip("w", "true");
+        for i in 0..runs {
+            let (id, session) = (format!("c{i}"), key.then(|| format!("k{i}")));
+            off.push(plain.round_trip_in(&id, "true", session.as_deref()));
+            on.push(fenced.round_trip_in(&id, "true", session.as_deref()));
+        }
+        let (on, off) = (median(on), median(off));
+        let extra = on.as_secs_f64() - off.as_secs_f64();
+        println!(
+            "| {name} | {:.3} ms | {:.3} ms | {:+.3} ms | ≤ 1 ms per command |",
+            on.as_secs_f64() * 1e3,
+            off.as_secs_f64() * 1e3,
+            extra * 1e3
         );
     }
 }
@@ -796,6 +838,9 @@ fn main() {
     }
     if want("mcp") {
         bench_mcp(200);
+    }
+    if want("fence") {
+        bench_fence(200);
     }
     if want("exec") {
         bench_exec(50);

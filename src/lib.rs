@@ -26,6 +26,7 @@ pub mod artifacts;
 pub mod display;
 pub mod error;
 pub mod exec;
+pub mod fence;
 pub mod intercept;
 // Opened once at start-up, before the runtime serves anything.
 #[allow(clippy::disallowed_methods)]

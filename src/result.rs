@@ -77,6 +77,9 @@ pub struct BashResult {
     /// What the run cost (§7 receipt).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<crate::resources::Resources>,
+    /// The fence the command ran under (§13): `"workspace-write"` or `"read-only"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<&'static str>,
     /// Where the command ran, when a remote profile ran it (SPEC §12).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote: Option<Remote>,

@@ -15,6 +15,8 @@ local log = require('agent_bash.log')
 ---@field session_dir? string
 ---@field session_id? string
 ---@field warmed? boolean the prewarmed bang shell is ready
+---@field fence? string the sandbox of tool calls and the kernel's Landlock support
+---@field fence_ok? boolean false when tool calls are to be fenced but the kernel cannot
 
 --- Starts the backend unless it runs. Returns the channel, or nil and an error message.
 ---@return integer? chan
@@ -274,7 +276,14 @@ function H.start()
     return nil, msg
   end
   H.chan = chan
-  H.info = { bin = bin, version = hello.version, pid = hello.pid, session_dir = hello.session_dir }
+  H.info = {
+    bin = bin,
+    version = hello.version,
+    pid = hello.pid,
+    session_dir = hello.session_dir,
+    fence = hello.fence,
+    fence_ok = hello.fence_ok,
+  }
   log.info('backend %s (pid %s) on channel %d, artifacts in %s', tostring(hello.version), tostring(hello.pid), chan, tostring(hello.session_dir))
   if hello.version ~= version and not H.warned_version then
     H.warned_version = true

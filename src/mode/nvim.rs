@@ -148,6 +148,8 @@ impl Handler for Backend {
                     ("version", Value::from(env!("CARGO_PKG_VERSION"))),
                     ("pid", Value::from(std::process::id())),
                     ("session_dir", Value::from(self.rt.store().dir().to_string_lossy().as_ref())),
+                    ("fence", Value::from(self.rt.fence_report().as_str())),
+                    ("fence_ok", Value::from(self.rt.fence_usable())),
                 ]))
             }
             "ping" => Ok(Value::from("pong")),
