@@ -4,7 +4,7 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,6 +49,10 @@ impl Sshd {
             assert!(st.success(), "ssh-keygen failed");
         }
         std::fs::copy(d.join("user.pub"), d.join("authorized_keys")).unwrap();
+        // The remote login gets a private, empty HOME (`SetEnv` overrides sshd's default), as
+        // the local suites give their shells one: the machine's own rc files (a slow or locked
+        // `pyenv rehash` in root's .bashrc) are not what these tests are about.
+        std::fs::create_dir(d.join("home")).unwrap();
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -57,7 +61,8 @@ impl Sshd {
                 "ListenAddress 127.0.0.1\nPort {port}\nHostKey {host}\nAuthorizedKeysFile {ak}\n\
                  PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
                  StrictModes no\nPermitRootLogin prohibit-password\nPidFile {pid}\n\
-                 MaxStartups 100\nMaxSessions 100\n",
+                 MaxStartups 100\nMaxSessions 100\nSetEnv HOME={home}\n",
+                home = d.join("home").display(),
                 host = d.join("host").display(),
                 ak = d.join("authorized_keys").display(),
                 pid = d.join("sshd.pid").display(),
@@ -91,6 +96,11 @@ impl Sshd {
             let log = std::fs::read_to_string(d.join("sshd.log")).unwrap_or_default();
             assert!(attempt < 5, "sshd did not start on port {port}:\n{log}");
         }
+    }
+
+    /// The remote login's HOME.
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
     }
 
     /// The profile: ssh with the throwaway key, no prompts, no known-hosts file.
@@ -222,7 +232,8 @@ async fn remote_keeps_state_across_calls_and_says_where_it_ran() {
     // `~` is the remote home.
     let mut q = req("pwd", "s");
     q.cwd = Some("~".into());
-    assert_eq!(f.rt.run(q, CancellationToken::new(), None).await.unwrap().output, "/root\n");
+    let home = format!("{}\n", f.sshd.home().display());
+    assert_eq!(f.rt.run(q, CancellationToken::new(), None).await.unwrap().output, home);
     // Another key is another session.
     assert_eq!(run(&f, "echo ${x:-unset}", "other").await.output, "unset\n");
     // The hardening environment is exported there too.
@@ -544,7 +555,7 @@ fn bash_here(f: &Fixture, script: &str, extra: &[(&str, &str)]) -> (String, i32)
         .arg(script)
         .env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("HOME", "/root")
+        .env("HOME", f.sshd.home())
         .envs(agent_bash::exec::remote_path::remote_env(f.rt.settings()))
         .envs(extra.iter().copied())
         .current_dir(f.work.path())
