@@ -519,11 +519,15 @@ impl Runtime {
             self.warming.store(false, Ordering::Release);
             return false;
         };
-        if slot.shell.is_none() && !self.isolated.load(Ordering::Relaxed) {
+        // Warming is a courtesy: it takes a free place among `limits.max_sessions` or none
+        // (it never closes another session to make room).
+        let permit = self.capacity.clone().try_acquire_owned().ok();
+        if slot.shell.is_none() && !self.isolated.load(Ordering::Relaxed) && permit.is_some() {
             match self.spawn_shell(Origin::Bang, None).await {
                 Ok(sh) => {
                     slot.shell = Some(sh);
                     slot.editor_env = true;
+                    slot.permit = permit;
                     slot.last_used = Some(Instant::now());
                 }
                 Err(e) if shell::is_isolated(&e) => self.isolated.store(true, Ordering::Relaxed),

@@ -110,3 +110,27 @@ async fn load_1000_sequential_calls_stay_flat() {
     assert_eq!(fds2, fds, "file descriptors leaked");
     assert!(rss2 <= rss + 1024, "RSS grew from {rss} to {rss2} KiB");
 }
+
+/// Warming the bang shell (SPEC §8.4) takes a free place among `limits.max_sessions` or none:
+/// with the one place held by a tool call's shell, it starts nothing.
+#[tokio::test]
+async fn warming_respects_max_sessions() {
+    use agent_bash::exec::settings::{Limits, Settings};
+    use agent_bash::exec::{Origin, Request, Runtime};
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings {
+        shell: Some("/bin/bash".into()),
+        limits: Limits { max_sessions: 1, ..Default::default() },
+        ..Default::default()
+    };
+    let rt = Runtime::new(settings, dir.path().join("s"), dir.path().to_path_buf()).unwrap();
+    let req = Request { origin: Origin::Tool, command: "true".into(), ..Default::default() };
+    let r = rt.run(req, tokio_util::sync::CancellationToken::new(), None).await.unwrap();
+    assert_eq!(r.exit_code, Some(0));
+    let mark = format!("{}={}", agent_bash::shell::procs::OWNER_VAR, rt.owner());
+    let shells = || super::support::procs_with_env(&mark).len();
+    assert_eq!(shells(), 1);
+    assert!(!rt.warm().await, "warming started a shell past max_sessions = 1");
+    assert_eq!(shells(), 1);
+    rt.shutdown().await;
+}
