@@ -5,7 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
 //! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `mcp`, `exec`, `rss`,
-//! `abort`, `nvim`, `pty`, `editor`, `fence`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
+//! `abort`, `nvim`, `pty`, `editor`, `fence`, `remote`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -860,6 +860,177 @@ fn main() {
     if want("editor") {
         bench_editor(5);
     }
+    if want("remote") {
+        bench_remote(200);
+    }
+}
+
+/// A private sshd on loopback with throwaway keys (as tests/suite/remote.rs starts it); killed
+/// on drop.
+struct LoopbackSshd {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl LoopbackSshd {
+    fn start() -> LoopbackSshd {
+        let sshd = "/usr/sbin/sshd";
+        assert!(Path::new(sshd).exists(), "the remote section needs sshd: run scripts/sshd.sh");
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for key in ["host", "user"] {
+            let st = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(d.join(key))
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        std::fs::copy(d.join("user.pub"), d.join("authorized_keys")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config = format!(
+            "ListenAddress 127.0.0.1\nPort {port}\nHostKey {}\nAuthorizedKeysFile {}\n\
+             PasswordAuthentication no\nUsePAM no\nStrictModes no\n\
+             PermitRootLogin prohibit-password\nPidFile {}\nMaxStartups 100\n",
+            d.join("host").display(),
+            d.join("authorized_keys").display(),
+            d.join("sshd.pid").display(),
+        );
+        std::fs::write(d.join("sshd_config"), config).unwrap();
+        let mut child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(d.join("sshd_config"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            assert!(child.try_wait().unwrap().is_none(), "sshd exited");
+            assert!(Instant::now() < deadline, "sshd did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        LoopbackSshd { child, dir, port }
+    }
+
+    fn argv(&self) -> Vec<String> {
+        let key = self.dir.path().join("user").display().to_string();
+        let port = self.port.to_string();
+        [
+            "ssh",
+            "-T",
+            "-i",
+            &key,
+            "-p",
+            &port,
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "root@127.0.0.1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+}
+
+impl Drop for LoopbackSshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// SPEC §12: a live remote session over loopback ssh against a fresh `ssh host …` each time.
+fn bench_remote(runs: usize) {
+    use agent_bash::exec::{Request, Runtime, Settings};
+    let sshd = LoopbackSshd::start();
+    let argv = sshd.argv();
+    let state = tempfile::tempdir().unwrap();
+    let mut settings =
+        Settings { state_dir: Some(state.path().join("state")), ..Settings::default() };
+    settings.profiles.insert("bench".into(), argv.clone());
+    let rt = Runtime::new(settings, state.path().join("session"), state.path().into()).unwrap();
+    let tokio_rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let run = |command: &str| {
+        let req = Request {
+            command: command.into(),
+            profile: Some("bench".into()),
+            timeout: Some(600.0),
+            ..Request::default()
+        };
+        let t = Instant::now();
+        let r = tokio_rt
+            .block_on(rt.run(req, tokio_util::sync::CancellationToken::new(), None))
+            .unwrap();
+        let d = t.elapsed();
+        assert_eq!(r.exit_code, Some(0), "{}", r.output);
+        d
+    };
+    let ssh = |script: &str| {
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).arg(script).stdin(Stdio::null());
+        time_cmd(&mut cmd)
+    };
+    println!(
+        "\n### Remote session over loopback ssh (tool call with a profile, median of {runs})\n"
+    );
+    println!("| measure | ours | baseline | ours ÷ baseline | goal |");
+    println!("|---|---|---|---|---|");
+    run("true"); // connect
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    for i in 0..runs {
+        ours.push(run("true"));
+        if i % 4 == 0 {
+            base.push(ssh("true"));
+        }
+    }
+    let (o, b) = (median(ours), median(base));
+    row(
+        &format!(
+            "round trip of `true` (live session vs fresh `ssh host true`: {:.0}× faster)",
+            b.as_secs_f64() / o.as_secs_f64()
+        ),
+        format!("{:.3} ms", o.as_secs_f64() * 1e3),
+        format!("{:.3} ms", b.as_secs_f64() * 1e3),
+        o.as_secs_f64() / b.as_secs_f64(),
+        "≤ 3 ms, ≤ 0.01× (≥ 100× faster)",
+    );
+    let mb = (200.0 * scale()).max(1.0) as u64;
+    let big = state.path().join("big.txt");
+    let mut f = std::fs::File::create(&big).unwrap();
+    let line = b"the quick brown fox jumps over the lazy dog, lorem ipsum dolor sit amet 0123456\n";
+    let mut n = 0u64;
+    while n < mb << 20 {
+        f.write_all(line).unwrap();
+        n += line.len() as u64;
+    }
+    drop(f);
+    let cat = format!("cat {}", big.display());
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    for _ in 0..5 {
+        ours.push(run(&cat));
+        base.push(ssh(&cat));
+    }
+    let (o, b) = (median(ours), median(base));
+    row(
+        &format!("throughput of `cat` ({mb} MB; vs `ssh host 'cat file' > /dev/null`)"),
+        format!("{:.0} MB/s", mbps(n, o)),
+        format!("{:.0} MB/s", mbps(n, b)),
+        b.as_secs_f64() / o.as_secs_f64(),
+        "≥ 0.5×",
+    );
+    tokio_rt.block_on(rt.shutdown());
 }
 
 /// A headless Neovim with the plugin, listening on a socket, with `HOME` at `home` (its

@@ -1,6 +1,7 @@
 //! ToolCall → BashResult: the pipeline in one readable function ([`Runtime::run`]).
 
 mod pty_path;
+pub mod remote_path;
 pub mod settings;
 
 use std::collections::HashMap;
@@ -49,6 +50,8 @@ pub struct Request {
     pub display: bool,
     /// Run in a PTY whatever the selection rules say (SPEC §6: `exec --pty`, `:AgentBashTerm`).
     pub pty: bool,
+    /// The remote profile to run under (SPEC §12); `None`: `default_profile`, else this machine.
+    pub profile: Option<String>,
 }
 
 /// A live update while a command runs: the current tail (bounded) and the counters.
@@ -126,6 +129,8 @@ pub struct Runtime {
     /// The prefix puts shells where our FIFOs are not: every command runs in a process of its
     /// own ([`shell::run_oneshot`]).
     isolated: AtomicBool,
+    /// Remote shell sessions by (profile, key) (SPEC §12).
+    remote: remote_path::Pool,
     _runtime_dir: tempfile::TempDir,
 }
 
@@ -184,6 +189,7 @@ impl Runtime {
             ui_attached: AtomicBool::new(false),
             warming: AtomicBool::new(false),
             isolated: AtomicBool::new(false),
+            remote: remote_path::Pool::default(),
             _runtime_dir: runtime_dir,
             settings,
         })
@@ -220,7 +226,10 @@ impl Runtime {
                 return Ok(Some(blocked_result(block, Duration::ZERO)));
             }
         }
-        validate::resolve_cwd(&self.base_dir, req.cwd.as_deref())?;
+        // A remote cwd is checked on the remote side (SPEC §12).
+        if self.remote_profile(req)?.is_none() {
+            validate::resolve_cwd(&self.base_dir, req.cwd.as_deref())?;
+        }
         if !(req.origin == Origin::Bang && req.timeout.is_none()) {
             validate::timeout_from_secs(req.timeout)?;
         }
@@ -246,6 +255,9 @@ impl Runtime {
         on_update: Option<UpdateFn>,
         hooks: pty::PtyHooks,
     ) -> Result<BashResult> {
+        if let Some(profile) = self.remote_profile(&req)? {
+            return self.remote_path(req, profile, cancel, on_update).await;
+        }
         let started = Instant::now();
         let use_pty = self.wants_pty(&req);
         // §1 normalize and §2 intercept: tool calls only; the user's own commands run verbatim.
@@ -630,6 +642,7 @@ impl Runtime {
                 guard.close().await;
             }
         }
+        self.remote.close_idle(idle_limit).await;
     }
 
     /// Periodically evicts idle sessions; run it as a background task.
@@ -649,6 +662,7 @@ impl Runtime {
         for slot in slots {
             slot.lock().await.close().await;
         }
+        self.remote.shutdown().await;
         // Orphans of shells that died on their own, and anything still carrying our mark.
         let mark = format!("{}={}", procs::OWNER_VAR, self.owner());
         procs::sweep(Some(mark), procs::KILL_GRACE).await;

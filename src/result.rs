@@ -80,6 +80,18 @@ pub struct BashResult {
     /// The fence the command ran under (§13): `"workspace-write"` or `"read-only"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<&'static str>,
+    /// Where the command ran, when a remote profile ran it (SPEC §12).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<Remote>,
+}
+
+/// Where a remote command ran (SPEC §12): the profile, and the host's name as it reports it
+/// (absent when the session could not start).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Remote {
+    pub profile: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 impl BashResult {

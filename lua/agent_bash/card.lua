@@ -282,12 +282,29 @@ function H.group(ctx, group)
   return ctx.state.exclude and 'AgentBashDim' or group
 end
 
+--- Where a remote run runs (SPEC §12): the host it reported, else its profile's name; nil for
+--- this machine.
+---@param state agent_bash.CardState
+---@return string?
+function M.host(state)
+  local remote = state.result and state.result.remote
+  if type(remote) == 'table' then
+    return remote.host or remote.profile
+  end
+  if state.profile and state.profile ~= 'local' then
+    return state.profile
+  end
+  return nil
+end
+
 function H.header(ctx)
   local s = ctx.state
   local cmd = s.cwd_label and ('cd %s && %s'):format(s.cwd_label, s.command) or s.command
+  local host = M.host(s)
+  local prompt = host and (host .. ':$ ') or '$ '
   local first = true
   for part in (cmd .. '\n'):gmatch('(.-)\n') do
-    H.add(ctx, M.clamp((first and '$ ' or '  ') .. part), 'AgentBashHeader')
+    H.add(ctx, M.clamp((first and prompt or (' '):rep(vim.fn.strwidth(prompt))) .. part), 'AgentBashHeader')
     first = false
   end
 end
@@ -551,7 +568,8 @@ function H.title_chunks(state, width, icons, group)
   local icon = ' ' .. (icons[state.status] or '?') .. ' '
   local tail = #words > 0 and (' · ' .. table.concat(words, ' · ')) or ''
   local room = math.max(8, width - vim.fn.strwidth(icon) - vim.fn.strwidth(tail) - 3)
-  local cmd = '$ ' .. (state.command:match('^[^\n]*') or '')
+  local host = M.host(state)
+  local cmd = (host and (host .. ':$ ') or '$ ') .. (state.command:match('^[^\n]*') or '')
   if vim.fn.strwidth(cmd) > room or state.command:find('\n') then
     cmd = vim.fn.strcharpart(cmd, 0, room - 1) .. '…'
   end

@@ -47,6 +47,13 @@ function M.check()
   end
   health.info('log file: ' .. require('agent_bash.log').file())
   health.info('session id: ' .. backend.session_id())
+  -- The health buffer is current here: only the global variable can be reported.
+  local profile = vim.g.agent_bash_profile
+  if type(profile) == 'string' and profile ~= '' then
+    health.info('bang commands run under the remote profile: ' .. profile .. ' (g:agent_bash_profile; a buffer\'s b:agent_bash_profile overrides it)')
+  else
+    health.info('bang commands run on this machine (no g:agent_bash_profile; a buffer\'s b:agent_bash_profile overrides it)')
+  end
   local settings = require('agent_bash.config').options.settings_file
   if settings then
     if vim.fn.filereadable(vim.fn.expand(settings)) == 1 then

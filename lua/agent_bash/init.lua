@@ -31,10 +31,14 @@ function M.run(cmd, opts)
   end, false, 'a non-empty command')
   validate('opts', opts, 'table', true)
   opts = opts or {}
+  -- A per-buffer or global remote profile (SPEC §12): the command runs over there, where the
+  -- session's shell is (the editor's directory means nothing on the other side).
+  local profile = H.profile()
   local run = require('agent_bash.runs').start({
     origin = 'bang',
     command = cmd,
-    cwd = vim.fn.getcwd(),
+    cwd = not profile and vim.fn.getcwd() or nil,
+    profile = profile,
     exclude = opts.exclude and true or false,
     pty = opts.pty and true or nil,
     enter = require('agent_bash.config').options.card.enter,
@@ -89,11 +93,14 @@ end
 function M.tool_call(params, callbacks)
   H.validate_tool_call(params, callbacks)
   local root = vim.fn.getcwd()
+  local remote = params.profile ~= nil and params.profile ~= 'local'
   local run = require('agent_bash.runs').start({
     origin = 'tool',
     command = params.command,
-    cwd = H.resolve_cwd(params.cwd, root),
-    cwd_label = require('agent_bash.card').cwd_label(params.cwd, root),
+    -- A remote cwd is a path over there: sent as given.
+    cwd = remote and params.cwd or H.resolve_cwd(params.cwd, root),
+    cwd_label = remote and params.cwd or require('agent_bash.card').cwd_label(params.cwd, root),
+    profile = params.profile,
     timeout = params.timeout,
     head = params.head,
     tail = params.tail,
@@ -200,9 +207,24 @@ function H.validate_tool_call(params, callbacks)
     end)
   end, true, 'a list of tool names')
   validate('params.session_key', params.session_key, 'string', true)
+  validate('params.profile', params.profile, 'string', true)
   validate('callbacks', callbacks, 'table')
   validate('callbacks.on_done', callbacks.on_done, 'callable')
   validate('callbacks.on_update', callbacks.on_update, 'callable', true)
+end
+
+--- The remote profile of bang commands: `vim.b.agent_bash_profile`, else
+--- `vim.g.agent_bash_profile` (an empty string means none).
+---@return string?
+function H.profile()
+  local b, g = vim.b.agent_bash_profile, vim.g.agent_bash_profile
+  if type(b) == 'string' and b ~= '' then
+    return b
+  end
+  if type(g) == 'string' and g ~= '' then
+    return g
+  end
+  return nil
 end
 
 --- The directory sent to the backend: absolute, relative paths joined to the project root.

@@ -31,6 +31,7 @@ local log = require('agent_bash.log')
 ---@field tail? integer
 ---@field tools? string[]
 ---@field session_key? string
+---@field profile? string a remote profile of the backend's settings (SPEC §12)
 ---@field exclude? boolean
 ---@field on_update? fun(update: agent_bash.Update)
 ---@field on_done? fun(result: agent_bash.BashResult)
@@ -58,6 +59,7 @@ function M.start(spec)
       cwd_label = spec.cwd_label,
       timeout = spec.timeout,
       exclude = spec.exclude,
+      profile = spec.profile,
       status = 'running',
       lines = {},
       hl = {},
@@ -82,6 +84,7 @@ function M.start(spec)
     tail = spec.tail,
     tools = spec.tools,
     session_key = spec.session_key,
+    profile = spec.profile,
     exclude_from_context = spec.exclude or false,
     pty = spec.pty,
     ui = spec.ui,

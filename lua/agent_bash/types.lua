@@ -58,6 +58,7 @@
 ---@field shell_restarted? boolean
 ---@field timeout_clamped_from? number
 ---@field blocked? agent_bash.Blocked
+---@field remote? {profile: string, host?: string} where a remote profile ran it (SPEC §12)
 ---@field truncation? agent_bash.Truncation
 ---@field rescued? agent_bash.Rescued[] diagnostics the window cut off (SPEC §7)
 ---@field resources? {wall_ms: integer, cpu_user_ms?: integer, cpu_sys_ms?: integer, max_rss_kib?: integer} receipt (SPEC §7)
@@ -81,6 +82,7 @@
 ---@field tail? integer
 ---@field tools? string[]
 ---@field session_key? string
+---@field profile? string a remote profile of the backend's settings (SPEC §12); `local`: here
 
 ---@class agent_bash.ToolCallbacks
 ---@field on_update? fun(update: agent_bash.Update)
@@ -103,6 +105,7 @@
 ---@field full_lines? string[] the artifact's text, once loaded
 ---@field cancel_requested? boolean
 ---@field client? string the MCP client that made the call (mirrored calls, SPEC §11)
+---@field profile? string the remote profile named at the start (the header's `host:` until the result says the host)
 ---@field started_at? integer vim.uv.now() when the run started (the title's elapsed time)
 ---@field waiting_input? boolean a PTY run's program waits for input (SPEC §8.4)
 

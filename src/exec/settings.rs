@@ -39,6 +39,23 @@ pub struct Settings {
     /// `false` denies TCP bind/connect in fenced shells where the kernel's Landlock has it.
     /// Default true.
     pub network: Option<bool>,
+    /// `[profiles]`: name → the words that start a shell elsewhere and give us its stdin and
+    /// stdout (SPEC §12), e.g. `dev = ["ssh", "-T", "devbox"]`. Default: none.
+    pub profiles: BTreeMap<String, Vec<String>>,
+    /// The profile of calls that name none. Default: none (this machine); a call can still say
+    /// `profile = "local"`.
+    pub default_profile: Option<String>,
+}
+
+/// The error for a profile name the settings do not define.
+pub fn unknown_profile(name: &str, profiles: &BTreeMap<String, Vec<String>>) -> String {
+    let known: Vec<&str> = profiles.keys().map(String::as_str).collect();
+    match known.is_empty() {
+        true => format!(
+            "Unknown profile {name:?}: no profiles are defined in the settings ([profiles])"
+        ),
+        false => format!("Unknown profile {name:?} (defined: {}, or \"local\")", known.join(", ")),
+    }
 }
 
 /// `[limits]`.
@@ -113,6 +130,26 @@ impl Settings {
                 "sandbox_writable: {} is not an absolute path (or ~/…)",
                 p.display()
             )));
+        }
+        for (name, argv) in &s.profiles {
+            if name == "local" {
+                return Err(Error::InvalidInput(
+                    "profiles: \"local\" is reserved (it means this machine)".into(),
+                ));
+            }
+            if argv.is_empty() || argv[0].is_empty() {
+                return Err(Error::InvalidInput(format!(
+                    "profiles.{name}: the command is empty (expected e.g. [\"ssh\", \"-T\", \"host\"])"
+                )));
+            }
+        }
+        if let Some(d) = &s.default_profile {
+            if d != "local" && !s.profiles.contains_key(d) {
+                return Err(Error::InvalidInput(format!(
+                    "default_profile: {}",
+                    unknown_profile(d, &s.profiles)
+                )));
+            }
         }
         Ok(s)
     }
@@ -224,6 +261,22 @@ mod tests {
         assert_eq!(s.limits.max_bytes, 51_200);
         assert!(Settings::parse("prefx = 1").is_err());
         assert!(Settings::parse("virtual_terminal = \"maybe\"").is_err());
+    }
+
+    #[test]
+    fn profiles_parse_and_reject() {
+        let s = Settings::parse(
+            "default_profile = \"dev\"\n[profiles]\ndev = [\"ssh\", \"-T\", \"devbox\"]\n",
+        )
+        .unwrap();
+        assert_eq!(s.profiles["dev"], ["ssh", "-T", "devbox"]);
+        assert_eq!(s.default_profile.as_deref(), Some("dev"));
+        let err = Settings::parse("default_profile = \"nope\"").unwrap_err().to_string();
+        assert!(err.contains("Unknown profile \"nope\""), "{err}");
+        let err = Settings::parse("[profiles]\nx = []").unwrap_err().to_string();
+        assert!(err.contains("profiles.x: the command is empty"), "{err}");
+        let err = Settings::parse("[profiles]\nlocal = [\"sh\"]").unwrap_err().to_string();
+        assert!(err.contains("reserved"), "{err}");
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub struct ExecArgs {
     /// Shell session key (state is kept per key within one process).
     #[arg(long)]
     pub session_key: Option<String>,
+    /// Run on the other side of this profile of the settings (SPEC §12; `local`: here).
+    #[arg(long)]
+    pub profile: Option<String>,
     /// Tool names the caller offers (comma-separated), for interception.
     #[arg(long, value_delimiter = ',')]
     pub tools: Option<Vec<String>>,
@@ -79,6 +82,7 @@ pub async fn run(args: ExecArgs) -> Result<i32> {
         session_key: args.session_key,
         display: false,
         pty: args.pty,
+        profile: args.profile,
     };
     let res = rt.run(req, cancel, None).await;
     rt.shutdown().await;

@@ -403,6 +403,10 @@ fn bash_tool() -> Tool {
             "session_key": {
                 "type": "string",
                 "description": "Name of the persistent shell session to run in (default: one shared session). Use different keys for independent work in parallel."
+            },
+            "profile": {
+                "type": "string",
+                "description": "Run on another machine or container: the name of a profile from the server's settings (default: the configured default, else this machine; \"local\" is always this machine). The cwd is then a path over there."
             }
         },
         "required": ["command"]
@@ -428,7 +432,8 @@ fn bash_tool() -> Tool {
             "waited_ms": {"type": "integer"},
             "truncation": {"type": "object"},
             "is_error": {"type": "boolean"},
-            "blocked": {"type": "object", "description": "Set when interception blocked the command: rule, suggested_tool, message"}
+            "blocked": {"type": "object", "description": "Set when interception blocked the command: rule, suggested_tool, message"},
+            "remote": {"type": "object", "description": "Where a remote profile ran the command: profile, host"}
         },
         "required": ["output", "cancelled", "timed_out", "truncated", "is_error"]
     });

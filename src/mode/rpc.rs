@@ -439,6 +439,7 @@ pub fn request_from(
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err("\"pty\" must be a boolean".into()),
         },
+        profile: get_str(obj, "profile")?,
     })
 }
 

@@ -18,6 +18,7 @@ pub mod local;
 // tables, not disk.
 #[allow(clippy::disallowed_methods)]
 pub mod procs;
+pub mod remote;
 // Capturing the user's rc waits up to 10 s for a shell: only ever called under spawn_blocking.
 #[allow(clippy::disallowed_methods)]
 pub mod snapshot;

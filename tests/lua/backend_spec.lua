@@ -67,6 +67,7 @@ t.describe('health', function()
     t.ok(text:find('log file: ' .. dir .. '/state/nvim/agent_bash.log', 1, true), text)
     t.ok(text:find('OK ping: pong in', 1, true), text)
     t.ok(text:find('session id: ' .. backend.session_id(), 1, true), text)
+    t.ok(text:find('bang commands run on this machine (no g:agent_bash_profile', 1, true), text)
     t.ok(not text:find('ERROR', 1, true), text)
   end)
 end)
@@ -147,6 +148,39 @@ t.describe('tool_call', function()
     t.ok(vim.api.nvim_get_current_win() ~= card.win, 'tool cards do not take focus')
   end)
 
+  t.it('sends a profile and a remote cwd as given; :AgentBash honours b:/g:agent_bash_profile (SPEC §12)', function()
+    local got = call({ command = 'echo hi', profile = 'dev', cwd = 'src' })
+    t.wait(function()
+      return #got.done == 1
+    end)
+    local _, last = backend.request('last_run', {})
+    t.eq({ 'dev', 'src', 'tool' }, { last.profile, last.cwd, last.origin })
+    t.eq('dev:$ cd src && echo hi', lines(newest().buf)[1])
+    ab.close_all()
+    local buf = vim.api.nvim_get_current_buf()
+    local function bang_profile(want)
+      ab.close_all()
+      vim.api.nvim_set_current_buf(buf)
+      ab.command('echo hi')
+      local l
+      local ok = pcall(t.wait, function()
+        _, l = backend.request('last_run', {})
+        return l.origin == 'bang' and l.profile == want
+      end)
+      t.ok(ok, vim.inspect(l))
+      return l
+    end
+    vim.g.agent_bash_profile = 'box'
+    t.eq(nil, bang_profile('box').cwd, 'a remote bang command runs where its session is')
+    vim.b[buf].agent_bash_profile = 'buf'
+    bang_profile('buf')
+    vim.b[buf].agent_bash_profile = nil
+    vim.g.agent_bash_profile = nil
+    last = bang_profile(nil)
+    t.eq(vim.fn.getcwd(), last.cwd)
+    ab.close_all()
+  end)
+
   t.it('validates params', function()
     t.raises(function()
       ab.tool_call({}, { on_done = function() end })
@@ -157,6 +191,9 @@ t.describe('tool_call', function()
     t.raises(function()
       ab.tool_call({ command = 'x', head = 0 }, { on_done = function() end })
     end, 'params.head: expected a positive integer')
+    t.raises(function()
+      ab.tool_call({ command = 'x', profile = 3 }, { on_done = function() end })
+    end, 'params.profile: expected string')
     t.raises(function()
       ab.tool_call({ command = 'x' }, {})
     end, 'callbacks.on_done: expected callable')

@@ -29,16 +29,16 @@ use proptest::prelude::*;
 use tokio_util::sync::CancellationToken;
 
 /// Also run on the PTY path.
-const PTY: u8 = 1;
+pub(crate) const PTY: u8 = 1;
 /// Deliberate difference: the command runs through `eval` (see the module docs).
-const EVAL: u8 = 2;
+pub(crate) const EVAL: u8 = 2;
 /// Deliberate difference: a stripped stage reports the producer's status.
-const PRODUCER: u8 = 4;
+pub(crate) const PRODUCER: u8 = 4;
 /// Deliberate difference: aliases are expanded in a session.
-const ALIASES: u8 = 8;
+pub(crate) const ALIASES: u8 = 8;
 
 /// The corpus: (command, flags). Grouped as the issue lists them.
-const CORPUS: &[(&str, u8)] = &[
+pub(crate) const CORPUS: &[(&str, u8)] = &[
     // Compound lists.
     ("echo a; echo b", PTY),
     ("echo a && echo b", PTY),
@@ -248,7 +248,7 @@ const CORPUS: &[(&str, u8)] = &[
 ];
 
 /// Sequences on one shell session: state carries over, and a broken command fails alone.
-const SEQUENCES: &[&[&str]] = &[
+pub(crate) const SEQUENCES: &[&[&str]] = &[
     &["x=5", "echo $x", "x=$((x+1)); echo $x"],
     &["f() { echo f$1; }", "f 1", "unset -f f", "f 2"],
     &["d=/tmp", "cd \"$d\" && pwd", "echo \"$d\""],

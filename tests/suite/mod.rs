@@ -13,6 +13,7 @@ mod nvim_faults;
 mod pipeline;
 mod pty;
 mod receipt;
+mod remote;
 mod rescue;
 mod rpc;
 mod shell;

@@ -1,0 +1,638 @@
+//! Remote shell sessions (SPEC §12): a persistent shell on the other side of any engine that
+//! gives a byte stream (`ssh -T host`, `docker exec -i box sh`, `kubectl exec -i pod -- sh`).
+//!
+//! # Design
+//! No shared filesystem is assumed, so everything travels in-band over the engine's stdin and
+//! stdout. On connect we send one line to whatever shell the engine starts:
+//! `exec bash --noprofile --norc -c '<driver>' agent-bash-remote NONCE MARK ENCODER`, where the
+//! driver is [`DRIVER`] (bash, plus `setsid`, `mkfifo`, `mktemp` and `grep` on the remote side).
+//! When the remote side has `perl` (every Debian and Ubuntu has it: perl-base is essential), the
+//! reader described below is [`READER_PL`], one process that needs no fork per command (a
+//! round trip of `true` then costs no process start at all); without perl the bash reader
+//! starts an encoder per command. The driver splits in two:
+//!
+//! * the *reader* owns the byte stream from us: it forwards command lines to the *shell* through
+//!   a FIFO, prepares one output FIFO and encoder per command ahead of time (off the critical
+//!   path), and handles control lines while a command runs: `X <seq>` closes that command's
+//!   output (the producer then gets SIGPIPE, as locally), `K` kills the shell's whole tree (its
+//!   own session and process group, plus every process carrying the session's environment mark,
+//!   which catches those that called `setsid`) and ends. End of its input does the same, so a
+//!   lost connection never leaves processes behind;
+//! * the *shell* (`bash` in a session of its own) reads short protocol lines and keeps state
+//!   between commands, exactly as a local session does: variables, functions, aliases and `cd`.
+//!
+//! Every frame sent back starts with a per-session random nonce and is written in one `write(2)`
+//! of at most 4096 bytes (a pipe keeps such writes whole even with several writers). Command
+//! output travels inside length-prefixed `O` frames, so no output can ever be parsed as a frame,
+//! whatever it prints. A task of ours reads frames into a channel (so the run loop's `select!`
+//! never loses half a frame); output is then sanitized, windowed and spilled to artifacts
+//! locally by the same sink as local runs.
+//!
+//! A cancel or timeout sends `K` and waits for the `K` frame (the tree is gone by then), keeping
+//! the output that was written before; the session is thrown away, as a local one is, and the
+//! next command reconnects (`shell_restarted`). An engine that ends (connection lost, ssh
+//! killed) fails the running call with `Remote session lost: <reason>`.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::local::{
+    exit_code, Ending, OutputSink, RunEnd, BACKGROUND_CAP, BACKGROUND_IDLE, IDLE_TICK,
+};
+use super::procs;
+
+/// The remote driver, sent as text on connect (no binary is uploaded).
+pub const DRIVER: &str = include_str!("remote_driver.sh");
+/// The driver's fast path when the remote side has perl (one process, no fork per command).
+pub const READER_PL: &str = include_str!("remote_reader.pl");
+
+/// How long connecting (engine start, login, driver start-up) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// After `K`, how long to wait for the remote side to report the tree killed.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+/// Longest header line we accept from the remote side (before the ready frame: any line).
+const MAX_LINE: usize = 64 * 1024;
+/// How much of the engine's stderr is kept to explain a failure.
+const STDERR_KEEP: usize = 4096;
+/// Frames buffered between the reader task and a run (back-pressure past that).
+const FRAME_QUEUE: usize = 64;
+
+/// How output is encoded on the remote side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoder {
+    /// `perl` when the remote side has it, else the shell encoder.
+    #[default]
+    Auto,
+    /// Only `dd`, `wc` and `cat` (slower; what a minimal container gets).
+    Shell,
+}
+
+/// Everything needed to open a remote session.
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// The profile's name (reported in results).
+    pub profile: String,
+    /// The words that start the engine: `["ssh", "-T", "devbox"]`.
+    pub argv: Vec<String>,
+    /// Variables exported in the remote shell (the hardening of SPEC §6, the user's `env`).
+    pub env: Vec<(String, String)>,
+    pub encoder: Encoder,
+}
+
+/// One frame from the remote side.
+#[derive(Debug)]
+enum Frame {
+    Out(u64, Vec<u8>),
+    OutEnd(u64),
+    Done(u64, i32),
+    BadCwd(u64),
+    ShellExited(i32),
+    Killed,
+    /// The stream ended or broke: the reason.
+    Closed(String),
+}
+
+/// How a remote run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteEnd {
+    /// As a local run ends; after anything but `Done` the session is gone.
+    Ended(RunEnd),
+    /// The cwd is not a directory on the remote side (nothing ran); the session lives on.
+    BadCwd,
+    /// The connection was lost: `Remote session lost: <reason>`.
+    Lost(String),
+}
+
+/// A live remote session.
+#[derive(Debug)]
+pub struct RemoteShell {
+    child: Child,
+    pid: i32,
+    /// Dropped to end the session (the remote side then kills its tree).
+    stdin: Option<ChildStdin>,
+    frames: mpsc::Receiver<Frame>,
+    stderr: Arc<Mutex<String>>,
+    seq: u64,
+    host: String,
+    profile: String,
+    /// The session cannot run another command (killed, exited or lost).
+    dead: bool,
+}
+
+/// A random 128-bit token as hex (the frame nonce, the environment mark).
+pub fn random_token() -> String {
+    let mut buf = [0u8; 16];
+    // SAFETY: getrandom writes at most buf.len() bytes into buf.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != buf.len() as isize {
+        // Never expected on Linux; the fallback is still unique, just not secret.
+        let fallback = super::local::nonce();
+        return fallback.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Quotes `s` as a bash `$'…'` word on one line (newlines and control bytes escaped).
+pub fn quote_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 3);
+    out.push_str("$'");
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 || c == '\x7f' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The cwd as the remote shell assigns it: `~` and `~/…` expand there, anything else is data.
+fn cwd_word(cwd: Option<&str>) -> String {
+    match cwd.map(str::trim) {
+        None | Some("") => "''".into(),
+        Some("~") => "~".into(),
+        Some(c) => match c.strip_prefix("~/") {
+            Some(rest) => format!("~/{}", quote_line(rest)),
+            None => quote_line(c),
+        },
+    }
+}
+
+impl RemoteShell {
+    /// Starts the engine, bootstraps the driver and waits for the shell to answer. The error
+    /// is the reason, worded for the user (the engine's last stderr line when it has one).
+    pub async fn connect(cfg: &RemoteConfig) -> Result<RemoteShell, String> {
+        let Some((program, args)) = cfg.argv.split_first() else {
+            return Err(format!("profile {:?} has no command", cfg.profile));
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
+            .map_err(|e| format!("cannot start {program}: {e}"))?;
+        let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err("engine pipes missing".into());
+        };
+        let err_text = Arc::new(Mutex::new(String::new()));
+        tokio::spawn(collect_stderr(stderr, err_text.clone()));
+        let nonce = random_token();
+        let mark = random_token();
+        let encoder = match cfg.encoder {
+            Encoder::Auto => "auto",
+            Encoder::Shell => "sh",
+        };
+        let driver = format!("__reader_pl={}\n{DRIVER}", super::local::quote(READER_PL));
+        let boot = format!(
+            "exec bash --noprofile --norc -c {} agent-bash-remote {nonce} {mark} {encoder}\n",
+            super::local::quote(&driver)
+        );
+        let mut reader = BufReader::with_capacity(256 * 1024, stdout);
+        let started = async {
+            stdin.write_all(boot.as_bytes()).await.map_err(|e| e.to_string())?;
+            stdin.flush().await.map_err(|e| e.to_string())?;
+            // Anything before the ready frame (a banner, a login script's chatter) is skipped.
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = (&mut reader)
+                    .take(MAX_LINE as u64)
+                    .read_until(b'\n', &mut line)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if n == 0 {
+                    return Err(String::new());
+                }
+                let text = String::from_utf8_lossy(&line);
+                let mut words = text.trim_end().splitn(4, ' ');
+                if words.next() != Some(nonce.as_str()) {
+                    continue;
+                }
+                match (words.next(), words.next(), words.next()) {
+                    (Some("R"), Some(pid), host) => {
+                        return Ok((pid.to_string(), host.unwrap_or("").to_string()))
+                    }
+                    (Some("L"), _, _) => {
+                        return Err(text.trim_end()[nonce.len() + 3..].to_string());
+                    }
+                    _ => return Err(format!("unexpected frame at start-up: {}", text.trim_end())),
+                }
+            }
+        };
+        let ready = tokio::time::timeout(CONNECT_TIMEOUT, started).await;
+        let fail = |mut child: Child, why: String, err_text: Arc<Mutex<String>>| async move {
+            let _ = child.start_kill();
+            let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+            procs::disown_child(pid);
+            let status = match status {
+                Ok(Ok(st)) => exit_code(st),
+                _ => None,
+            };
+            Err(reason(&why, &err_text, status))
+        };
+        let (shell_pid, host) = match ready {
+            Ok(Ok(v)) => v,
+            Ok(Err(why)) => {
+                // Let the engine finish writing its error before it is read.
+                let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+                procs::disown_child(pid);
+                let status = match status {
+                    Ok(Ok(st)) => exit_code(st),
+                    _ => None,
+                };
+                return Err(reason(&why, &err_text, status));
+            }
+            Err(_) => {
+                return fail(child, "no answer within 30 s".into(), err_text).await;
+            }
+        };
+        let (tx, rx) = mpsc::channel(FRAME_QUEUE);
+        tokio::spawn(read_frames(reader, nonce, tx));
+        let mut shell = RemoteShell {
+            child,
+            pid,
+            stdin: Some(stdin),
+            frames: rx,
+            stderr: err_text,
+            seq: 0,
+            host,
+            profile: cfg.profile.clone(),
+            dead: false,
+        };
+        // The shell's process group (for kills), then the environment.
+        let mut init = format!("P {shell_pid}\n");
+        if !cfg.env.is_empty() {
+            let exports: Vec<String> =
+                cfg.env.iter().map(|(k, v)| format!("{k}={}", quote_line(v))).collect();
+            init.push_str(&format!("E \\builtin export {}\n", exports.join(" ")));
+        }
+        if let Err(e) = shell.send(&init).await {
+            let why = shell.lost_reason(&e.to_string()).await;
+            shell.close().await;
+            return Err(why);
+        }
+        Ok(shell)
+    }
+
+    /// The remote host's name, as it reports it.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The profile this session was opened with.
+    pub fn profile(&self) -> &str {
+        &self.profile
+    }
+
+    /// The engine's local process id (ssh, docker, kubectl).
+    pub fn engine_pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Whether the session can still run commands.
+    pub fn is_alive(&self) -> bool {
+        !self.dead
+    }
+
+    async fn send(&mut self, text: &str) -> io::Result<()> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the session has ended"));
+        };
+        stdin.write_all(text.as_bytes()).await?;
+        stdin.flush().await
+    }
+
+    /// Runs one command in `cwd` (None: where the last command left the shell). Output goes to
+    /// `out` as it arrives. Same ending rules as a local run (SPEC §5).
+    pub async fn run(
+        &mut self,
+        command: &str,
+        cwd: Option<&str>,
+        out: &mut dyn OutputSink,
+        deadline: Option<Instant>,
+        cancel: &CancellationToken,
+    ) -> RemoteEnd {
+        if self.dead {
+            return RemoteEnd::Lost("the session has ended".into());
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let line = format!(
+            "C {seq} __ab_s={seq};__ab_c={};__ab_cmd={};\\builtin . \"$__ab_d/run\"\n",
+            cwd_word(cwd),
+            quote_line(command)
+        );
+        if let Err(e) = self.send(&line).await {
+            self.dead = true;
+            return RemoteEnd::Lost(self.lost_reason(&e.to_string()).await);
+        }
+        let mut eof = false;
+        let mut closed_early = false;
+        let mut fg: Option<Ending> = None;
+        let mut fg_at: Option<Instant> = None;
+        let mut last_data = Instant::now();
+        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let ending = loop {
+            if let Some(end) = fg {
+                let now = Instant::now();
+                let cap = fg_at.unwrap_or(now) + BACKGROUND_CAP;
+                if eof || closed_early || now >= cap || now >= last_data + BACKGROUND_IDLE {
+                    break end;
+                }
+            }
+            let bg_wake = match fg {
+                Some(_) => (fg_at.unwrap_or_else(Instant::now) + BACKGROUND_CAP)
+                    .min(last_data + BACKGROUND_IDLE),
+                None => far,
+            };
+            let close_at = if !eof && !closed_early { out.close_at() } else { None };
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled(), if fg.is_none() => break Ending::Cancelled,
+                _ = tokio::time::sleep_until(deadline.unwrap_or(far).into()), if fg.is_none() && deadline.is_some() => break Ending::TimedOut,
+                frame = self.frames.recv() => match frame {
+                    Some(Frame::Out(s, bytes)) if s == seq => {
+                        last_data = Instant::now();
+                        if !closed_early && !out.data(&bytes) {
+                            closed_early = true;
+                            let _ = self.send(&format!("X {seq}\n")).await;
+                        }
+                    }
+                    Some(Frame::OutEnd(s)) if s == seq => eof = true,
+                    Some(Frame::Done(s, code)) if s == seq && fg.is_none() => {
+                        fg = Some(Ending::Done(code));
+                        fg_at = Some(Instant::now());
+                    }
+                    Some(Frame::BadCwd(s)) if s == seq => return RemoteEnd::BadCwd,
+                    Some(Frame::ShellExited(code)) => {
+                        self.dead = true;
+                        if fg.is_none() {
+                            fg = Some(Ending::ShellExited(Some(code)));
+                            fg_at = Some(Instant::now());
+                        }
+                    }
+                    Some(Frame::Killed) => {
+                        self.dead = true;
+                        if fg.is_none() {
+                            fg = Some(Ending::ShellExited(None));
+                            fg_at = Some(Instant::now());
+                        }
+                    }
+                    // Frames of earlier commands (their background output, their late ends).
+                    Some(Frame::Out(..) | Frame::OutEnd(_) | Frame::Done(..) | Frame::BadCwd(_)) => {}
+                    closed @ (Some(Frame::Closed(_)) | None) => {
+                        let why = match closed { Some(Frame::Closed(w)) => w, _ => String::new() };
+                        let why = match fg {
+                            // The shell had exited: the engine ending after it is expected.
+                            Some(Ending::ShellExited(_)) => None,
+                            _ => Some(why_or_default(why)),
+                        };
+                        self.dead = true;
+                        match why {
+                            None => break fg.unwrap_or(Ending::ShellExited(None)),
+                            Some(why) => return RemoteEnd::Lost(self.lost_reason(&why).await),
+                        }
+                    }
+                },
+                _ = tokio::time::sleep_until(close_at.unwrap_or(far).into()), if close_at.is_some() => {
+                    closed_early = true;
+                    let _ = self.send(&format!("X {seq}\n")).await;
+                }
+                _ = tokio::time::sleep_until(bg_wake.into()), if fg.is_some() => {}
+                _ = tokio::time::sleep(IDLE_TICK), if fg.is_none() => out.idle(),
+            }
+        };
+        match ending {
+            Ending::TimedOut | Ending::Cancelled => {
+                self.kill_tree(seq, out, closed_early).await;
+            }
+            Ending::Done(_) if !eof && !closed_early => {
+                // Background jobs still hold the output: stop reading it (they get SIGPIPE).
+                let _ = self.send(&format!("X {seq}\n")).await;
+            }
+            _ => {}
+        }
+        if matches!(ending, Ending::ShellExited(_)) {
+            self.dead = true;
+        }
+        RemoteEnd::Ended(RunEnd { ending, closed_early })
+    }
+
+    /// Kills the shell's whole remote tree and waits until the remote side says it is gone,
+    /// keeping output of `seq` that was written before.
+    async fn kill_tree(&mut self, seq: u64, out: &mut dyn OutputSink, closed_early: bool) {
+        self.dead = true;
+        if self.send("K\n").await.is_err() {
+            return;
+        }
+        let until = Instant::now() + KILL_WAIT;
+        loop {
+            match tokio::time::timeout_at(until.into(), self.frames.recv()).await {
+                Ok(Some(Frame::Out(s, bytes))) if s == seq && !closed_early => {
+                    out.data(&bytes);
+                }
+                Ok(Some(Frame::Killed | Frame::Closed(_)) | None) | Err(_) => break,
+                Ok(Some(_)) => {}
+            }
+        }
+        // Output the encoder flushed right after the kill.
+        while let Ok(Some(Frame::Out(s, bytes))) =
+            tokio::time::timeout(Duration::from_millis(50), self.frames.recv()).await
+        {
+            if s == seq && !closed_early {
+                out.data(&bytes);
+            }
+        }
+    }
+
+    /// Ends the session: the remote side kills the shell's tree when its input ends; then the
+    /// engine exits (killed if it does not within 2 s).
+    pub async fn close(&mut self) {
+        self.dead = true;
+        // Closing our end of the pipe is what the remote side sees as the end of its input.
+        drop(self.stdin.take());
+        // Input closed: the driver kills its tree and exits; wait for the engine to follow.
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await.is_err() {
+            let _ = self.child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
+        }
+        procs::disown_child(self.pid);
+    }
+
+    /// The reason a lost session gives: the engine's last stderr line, else its exit status,
+    /// else `why`.
+    async fn lost_reason(&mut self, why: &str) -> String {
+        self.dead = true;
+        let status = match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+            Ok(Ok(st)) => exit_code(st),
+            _ => None,
+        };
+        procs::disown_child(self.pid);
+        // The stderr task may still be reading the engine's last words.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        reason(why, &self.stderr, status)
+    }
+}
+
+fn why_or_default(why: String) -> String {
+    if why.is_empty() {
+        "the connection closed".into()
+    } else {
+        why
+    }
+}
+
+/// `<engine's last stderr line>` or `<what we saw> (exit status N)`.
+fn reason(why: &str, stderr: &Mutex<String>, status: Option<i32>) -> String {
+    let text = match stderr.lock() {
+        Ok(s) => s.clone(),
+        Err(p) => p.into_inner().clone(),
+    };
+    let last = text
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty() && *l != "Terminated" && !l.starts_with("bash: warning"));
+    let why = if why.is_empty() { "the connection closed" } else { why };
+    match (last, status) {
+        (Some(line), _) => line.to_string(),
+        (None, Some(code)) => format!("{why} (engine exit status {code})"),
+        (None, None) => why.to_string(),
+    }
+}
+
+async fn collect_stderr(mut stderr: tokio::process::ChildStderr, keep: Arc<Mutex<String>>) {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let text = String::from_utf8_lossy(&buf[..n]);
+                tracing::debug!("remote engine stderr: {}", text.trim_end());
+                let mut k = match keep.lock() {
+                    Ok(k) => k,
+                    Err(p) => p.into_inner(),
+                };
+                k.push_str(&text);
+                if k.len() > STDERR_KEEP {
+                    let mut cut = k.len() - STDERR_KEEP;
+                    while !k.is_char_boundary(cut) {
+                        cut += 1;
+                    }
+                    k.drain(..cut);
+                }
+            }
+        }
+    }
+}
+
+/// Reads frames until the stream ends or breaks; the last message is `Closed(reason)`.
+async fn read_frames(
+    mut reader: BufReader<tokio::process::ChildStdout>,
+    nonce: String,
+    tx: mpsc::Sender<Frame>,
+) {
+    let mut line = Vec::with_capacity(128);
+    let why = loop {
+        line.clear();
+        match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut line).await {
+            Ok(0) => break String::new(),
+            Ok(_) => {}
+            Err(e) => break e.to_string(),
+        }
+        if line.last() != Some(&b'\n') {
+            break "protocol error: truncated frame".into();
+        }
+        let text = match std::str::from_utf8(&line[..line.len() - 1]) {
+            Ok(t) => t,
+            Err(_) => break "protocol error: frame header is not text".into(),
+        };
+        let mut w = text.split(' ');
+        if w.next() != Some(nonce.as_str()) {
+            break format!("protocol error: unexpected data {:?}", truncate(text, 80));
+        }
+        let kind = w.next();
+        let a = w.next().and_then(|s| s.parse::<u64>().ok());
+        let b = w.next();
+        let frame = match (kind, a, b) {
+            (Some("O"), Some(seq), Some(len)) => {
+                let Ok(len) = len.parse::<usize>() else {
+                    break "protocol error: bad length".into();
+                };
+                if len > 1 << 20 {
+                    break "protocol error: frame too long".into();
+                }
+                let mut bytes = vec![0u8; len];
+                if let Err(e) = reader.read_exact(&mut bytes).await {
+                    break e.to_string();
+                }
+                Frame::Out(seq, bytes)
+            }
+            (Some("F"), Some(seq), None) => Frame::OutEnd(seq),
+            (Some("D"), Some(seq), Some(code)) => Frame::Done(seq, code.parse().unwrap_or(1)),
+            (Some("E"), Some(seq), None) => Frame::BadCwd(seq),
+            (Some("X"), Some(code), None) => Frame::ShellExited(code as i32),
+            (Some("K"), None, None) => Frame::Killed,
+            _ => break format!("protocol error: bad frame {:?}", truncate(text, 80)),
+        };
+        if tx.send(frame).await.is_err() {
+            return;
+        }
+    };
+    let _ = tx.send(Frame::Closed(why)).await;
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quote_line_is_one_line_and_round_trips_in_bash() {
+        let s = "a'b\\c\nd\te\u{1}f héllo $HOME `x`";
+        let q = quote_line(s);
+        assert!(!q.contains('\n'));
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("printf %s {q}"))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), s);
+    }
+
+    #[test]
+    fn tokens_are_random_hex() {
+        let a = random_token();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, random_token());
+    }
+
+    #[test]
+    fn cwd_words() {
+        assert_eq!(cwd_word(None), "''");
+        assert_eq!(cwd_word(Some("~")), "~");
+        assert_eq!(cwd_word(Some("~/a b")), "~/$'a b'");
+        assert_eq!(cwd_word(Some("/x")), "$'/x'");
+    }
+}
