@@ -122,6 +122,8 @@ pub struct Runtime {
     /// The prefix puts shells where our FIFOs are not: every command runs in a process of its
     /// own ([`shell::run_oneshot`]).
     isolated: AtomicBool,
+    /// Change receipts and undo (SPEC §13).
+    changes: Arc<crate::changes::Receipts>,
     _runtime_dir: tempfile::TempDir,
 }
 
@@ -174,6 +176,10 @@ impl Runtime {
             ui_attached: AtomicBool::new(false),
             warming: AtomicBool::new(false),
             isolated: AtomicBool::new(false),
+            changes: Arc::new(crate::changes::Receipts::new(
+                settings.changes.clone(),
+                settings.state_dir.clone().unwrap_or_else(crate::artifacts::state_root),
+            )),
             _runtime_dir: runtime_dir,
             settings,
         })
@@ -185,6 +191,11 @@ impl Runtime {
 
     pub fn store(&self) -> &Arc<ArtifactStore> {
         &self.store
+    }
+
+    /// Change receipts and undo (SPEC §13).
+    pub fn changes(&self) -> &Arc<crate::changes::Receipts> {
+        &self.changes
     }
 
     /// The owner mark value every process of this runtime carries ([`procs::OWNER_VAR`]).
@@ -228,8 +239,32 @@ impl Runtime {
         self.run_with(req, cancel, on_update, pty::PtyHooks::default()).await
     }
 
-    /// [`Runtime::run`] with the hooks a PTY run uses if the command gets one.
+    /// [`Runtime::run`] with the hooks a PTY run uses if the command gets one. A command that
+    /// runs gets a change receipt (SPEC §13): snapshots of its project before and after.
     pub async fn run_with(
+        &self,
+        req: Request,
+        cancel: CancellationToken,
+        on_update: Option<UpdateFn>,
+        hooks: pty::PtyHooks,
+    ) -> Result<BashResult> {
+        let receipt = match (self.changes.enabled(), self.precheck(&req)) {
+            (true, Ok(None)) => match validate::resolve_cwd(&self.base_dir, req.cwd.as_deref()) {
+                Ok(cwd) => self.changes.begin(&cwd).await,
+                Err(_) => crate::changes::Begin::Off,
+            },
+            _ => crate::changes::Begin::Off,
+        };
+        let (command, note) = (req.command.clone(), req.origin == Origin::Tool);
+        let mut r = self.run_pipeline(req, cancel, on_update, hooks).await?;
+        if r.blocked.is_none() {
+            self.changes.finish(receipt, &command, &mut r, note).await;
+        }
+        Ok(r)
+    }
+
+    /// The pipeline of one command (§1–§7), without the change receipt.
+    async fn run_pipeline(
         &self,
         req: Request,
         cancel: CancellationToken,
