@@ -250,7 +250,9 @@ struct Held {
 #[derive(Debug)]
 pub struct Receipts {
     settings: ChangesSettings,
-    state_root: PathBuf,
+    /// Our own directories (state root, session directory): never part of a project's files,
+    /// and no receipts for a working directory inside them.
+    own_dirs: Vec<PathBuf>,
     base: PathBuf,
     projects: Mutex<HashMap<PathBuf, Arc<Project>>>,
     records: Mutex<BTreeMap<u64, Arc<Record>>>,
@@ -258,11 +260,12 @@ pub struct Receipts {
 }
 
 impl Receipts {
-    /// `state_root` is agent-bash's state directory; stores go to `<state_root>/changes`.
-    pub fn new(settings: ChangesSettings, state_root: PathBuf) -> Receipts {
+    /// `state_root` is agent-bash's state directory (stores go to `<state_root>/changes`);
+    /// `session_dir` this runtime's artifacts directory.
+    pub fn new(settings: ChangesSettings, state_root: PathBuf, session_dir: PathBuf) -> Receipts {
         Receipts {
             base: state_root.join("changes"),
-            state_root,
+            own_dirs: vec![state_root, session_dir],
             settings,
             projects: Mutex::new(HashMap::new()),
             records: Mutex::new(BTreeMap::new()),
@@ -303,15 +306,22 @@ impl Receipts {
             return Begin::Off;
         }
         let cwd = cwd.to_path_buf();
+        let own = self.own_dirs.clone();
         let found = tokio::task::spawn_blocking(move || {
             let cwd = cwd.canonicalize().unwrap_or(cwd);
-            store::project_root(&cwd)
+            let root = store::project_root(&cwd)
+                .ok_or("the working directory is inside a .git directory")?;
+            let ours = own.into_iter().map(|d| d.canonicalize().unwrap_or(d));
+            if ours.into_iter().any(|d| root.0.starts_with(&d)) {
+                return Err("the working directory is inside agent-bash's own state directory");
+            }
+            Ok(root)
         })
         .await
-        .ok()
-        .flatten();
-        let Some((root, is_git)) = found else {
-            return Begin::Unavailable("the working directory is inside a .git directory".into());
+        .unwrap_or(Err("the project root could not be found"));
+        let (root, is_git) = match found {
+            Ok(found) => found,
+            Err(reason) => return Begin::Unavailable(reason.into()),
         };
         let project = self.project(&root, is_git);
         match self.snapshot(&project, true).await {
@@ -637,7 +647,7 @@ impl Receipts {
         }
         let git = project.git.clone();
         let (init, is_git, exclude) = (guard.init, project.is_git, guard.project_exclude.clone());
-        let state_root = self.state_root.clone();
+        let own = self.own_dirs.clone();
         let prepared = tokio::task::spawn_blocking(move || -> Result<_, (String, bool)> {
             let mut exclude = exclude;
             if !init {
@@ -647,14 +657,14 @@ impl Receipts {
             }
             let flock = store::lock(&git.shadow, deadline).map_err(|e| (e, false))?;
             store::clear_stale_lock(&git.shadow);
-            // The state directory (our stores, artifacts) never counts as the project's files.
-            let state = state_root.canonicalize().unwrap_or(state_root);
-            let extra: Vec<String> = state
-                .strip_prefix(&git.root)
-                .ok()
-                .filter(|rel| !rel.as_os_str().is_empty())
-                .map(|rel| format!("/{}/", rel.display()))
+            // Our own directories (stores, artifacts) never count as the project's files.
+            let extra: Vec<String> = own
                 .into_iter()
+                .filter_map(|d| {
+                    let d = d.canonicalize().unwrap_or(d);
+                    let rel = d.strip_prefix(&git.root).ok()?;
+                    (!rel.as_os_str().is_empty()).then(|| format!("/{}/", rel.display()))
+                })
                 .collect();
             store::sync_excludes(&git.shadow, exclude.as_deref(), &extra).map_err(|e| (e, true))?;
             Ok((flock, exclude))

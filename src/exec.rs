@@ -159,7 +159,7 @@ impl Runtime {
                 owner,
             },
             bang_env,
-            store: Arc::new(ArtifactStore::new(session_dir)),
+            store: Arc::new(ArtifactStore::new(session_dir.clone())),
             base_dir,
             snapshots: Arc::new(snapshot::Snapshots::new(Some(
                 settings
@@ -179,6 +179,7 @@ impl Runtime {
             changes: Arc::new(crate::changes::Receipts::new(
                 settings.changes.clone(),
                 settings.state_dir.clone().unwrap_or_else(crate::artifacts::state_root),
+                session_dir.clone(),
             )),
             _runtime_dir: runtime_dir,
             settings,
