@@ -148,6 +148,7 @@ impl Handler for Backend {
                     ("version", Value::from(env!("CARGO_PKG_VERSION"))),
                     ("pid", Value::from(std::process::id())),
                     ("session_dir", Value::from(self.rt.store().dir().to_string_lossy().as_ref())),
+                    ("changes", Value::from(self.rt.changes().enabled())),
                 ]))
             }
             "ping" => Ok(Value::from("pong")),
