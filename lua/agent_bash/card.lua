@@ -287,7 +287,8 @@ function H.changes(ctx)
     return
   end
   local total = r.changes_count or #r.changes
-  local id = r.changes_id
+  -- A mirrored MCP call's id belongs to its server (undo it there with `bash_undo`).
+  local id = not s.client and r.changes_id or nil
   local head = id and ('Changed files (:AgentBashDiff %d, :AgentBashUndo %d):'):format(id, id) or 'Changed files:'
   H.add(ctx, head, 'AgentBashMore')
   local letters = require('agent_bash.changes').LETTER
