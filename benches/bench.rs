@@ -222,11 +222,8 @@ impl RpcProc {
     fn start_in(cwd: &Path, config: &str) -> RpcProc {
         let state = tempfile::tempdir().unwrap();
         let cfg = state.path().join("c.toml");
-        std::fs::write(
-            &cfg,
-            format!("state_dir = {:?}\n{config}", state.path().to_str().unwrap()),
-        )
-        .unwrap();
+        std::fs::write(&cfg, format!("state_dir = {:?}\n{config}", state.path().to_str().unwrap()))
+            .unwrap();
         let mut child = Command::new(BIN)
             .current_dir(cwd)
             .arg("--log-file")
@@ -358,7 +355,10 @@ fn bench_changes(runs: usize) {
     let (mut with, mut without) = (Vec::new(), Vec::new());
     for i in 1..=runs {
         let (d, line) = call(&mut on, &format!("on{i}"), i);
-        assert!(line.contains("\"changes\":[{\"kind\":\"modified\",\"path\":\"d0/f0.txt\"}]"), "{line}");
+        assert!(
+            line.contains("\"changes\":[{\"kind\":\"modified\",\"path\":\"d0/f0.txt\"}]"),
+            "{line}"
+        );
         with.push(d);
         without.push(call(&mut off, &format!("off{i}"), i).0);
     }

@@ -177,7 +177,10 @@ pub enum Begin {
     /// Receipts are turned off, or the command will not run.
     Off,
     Unavailable(String),
-    Taken { project: Arc<Project>, before: Tree },
+    Taken {
+        project: Arc<Project>,
+        before: Tree,
+    },
 }
 
 /// Why an undo did not happen.
@@ -186,7 +189,10 @@ pub enum UndoError {
     /// Nothing to undo (no such id, or no run with changes yet).
     NotFound(String),
     /// Files the run changed were changed again since: nothing was touched.
-    Conflict { id: u64, paths: Vec<String> },
+    Conflict {
+        id: u64,
+        paths: Vec<String>,
+    },
     Failed(String),
 }
 
@@ -468,10 +474,9 @@ impl Receipts {
         let mut r = BashResult::default();
         match self.snapshot_held(&project, held).await {
             Ok((_, after)) => {
-                let deltas =
-                    tokio::task::spawn_blocking(move || store::diff(&now, &after))
-                        .await
-                        .unwrap_or_default();
+                let deltas = tokio::task::spawn_blocking(move || store::diff(&now, &after))
+                    .await
+                    .unwrap_or_default();
                 self.report(&mut r, project, &label, deltas, false);
             }
             Err(reason) => r.changes_unavailable = Some(reason),
@@ -491,7 +496,11 @@ impl Receipts {
     }
 
     /// Takes the project's lock and a snapshot within the budget.
-    async fn snapshot(&self, project: &Arc<Project>, may_defer: bool) -> Result<(Held, Tree), String> {
+    async fn snapshot(
+        &self,
+        project: &Arc<Project>,
+        may_defer: bool,
+    ) -> Result<(Held, Tree), String> {
         let deadline = Instant::now() + self.settings.budget();
         let held = self.acquire(project, deadline).await?;
         if !held.guard.ready {
@@ -501,7 +510,11 @@ impl Receipts {
     }
 
     /// A snapshot with the lock already held (a warm store).
-    async fn snapshot_held(&self, project: &Arc<Project>, mut held: Held) -> Result<(Held, Tree), String> {
+    async fn snapshot_held(
+        &self,
+        project: &Arc<Project>,
+        mut held: Held,
+    ) -> Result<(Held, Tree), String> {
         let deadline = Instant::now() + self.settings.budget();
         let root = project.git.root.display().to_string();
         match add_all(&project.git, deadline).await {
@@ -509,7 +522,8 @@ impl Receipts {
             Err(AddError::Slow(mut child)) => {
                 let _ = child.kill().await;
                 let git = project.git.clone();
-                let _ = tokio::task::spawn_blocking(move || store::clear_stale_lock(&git.shadow)).await;
+                let _ =
+                    tokio::task::spawn_blocking(move || store::clear_stale_lock(&git.shadow)).await;
                 let reason = format!(
                     "a snapshot of {root} took over {} ms (changes.max_snapshot_ms)",
                     self.settings.max_snapshot_ms
@@ -565,9 +579,15 @@ impl Receipts {
             Ok((files, bytes)) => {
                 let s = &self.settings;
                 let over = if files > s.max_files {
-                    Some(format!("{root} has {files} files, over changes.max_files ({})", s.max_files))
+                    Some(format!(
+                        "{root} has {files} files, over changes.max_files ({})",
+                        s.max_files
+                    ))
                 } else if bytes > s.max_bytes {
-                    Some(format!("{root} holds {bytes} bytes, over changes.max_bytes ({})", s.max_bytes))
+                    Some(format!(
+                        "{root} holds {bytes} bytes, over changes.max_bytes ({})",
+                        s.max_bytes
+                    ))
                 } else {
                     None
                 };
@@ -595,11 +615,19 @@ impl Receipts {
                     let done = tokio::time::timeout(FIRST_SNAPSHOT_MAX, child.wait()).await;
                     match done {
                         Ok(Ok(status)) if status.success() => held.guard.ready = true,
-                        Ok(_) => held.guard.off = Some(format!("the first snapshot of {} failed", project.git.root.display())),
+                        Ok(_) => {
+                            held.guard.off = Some(format!(
+                                "the first snapshot of {} failed",
+                                project.git.root.display()
+                            ))
+                        }
                         Err(_) => {
                             let _ = child.kill().await;
                             let git = project.git.clone();
-                            let _ = tokio::task::spawn_blocking(move || store::clear_stale_lock(&git.shadow)).await;
+                            let _ = tokio::task::spawn_blocking(move || {
+                                store::clear_stale_lock(&git.shadow)
+                            })
+                            .await;
                             held.guard.off = Some(format!(
                                 "the first snapshot of {} took over {} s",
                                 project.git.root.display(),
@@ -618,7 +646,8 @@ impl Receipts {
             Err(AddError::Slow(mut child)) => {
                 let _ = child.kill().await;
                 let git = project.git.clone();
-                let _ = tokio::task::spawn_blocking(move || store::clear_stale_lock(&git.shadow)).await;
+                let _ =
+                    tokio::task::spawn_blocking(move || store::clear_stale_lock(&git.shadow)).await;
                 return Err(format!("the first snapshot of {root} was not done in time"));
             }
         }
@@ -639,9 +668,10 @@ impl Receipts {
             return Err(format!("the first snapshot of {root} is still being taken"));
         }
         let busy = || format!("another command was taking a snapshot of {root}");
-        let mut guard = tokio::time::timeout_at(deadline.into(), project.state.clone().lock_owned())
-            .await
-            .map_err(|_| busy())?;
+        let mut guard =
+            tokio::time::timeout_at(deadline.into(), project.state.clone().lock_owned())
+                .await
+                .map_err(|_| busy())?;
         if let Some(off) = &guard.off {
             return Err(off.clone());
         }
@@ -813,7 +843,12 @@ mod tests {
 
     #[test]
     fn note_lists_twenty_names_then_a_count() {
-        let few = [c("src/a.rs", Kind::Modified), c("notes.txt", Kind::Added), c("old.txt", Kind::Deleted), c("run.sh", Kind::Mode)];
+        let few = [
+            c("src/a.rs", Kind::Modified),
+            c("notes.txt", Kind::Added),
+            c("old.txt", Kind::Deleted),
+            c("run.sh", Kind::Mode),
+        ];
         assert_eq!(note(&few, 4), "[Changed files: M src/a.rs, A notes.txt, D old.txt, X run.sh]");
         let many: Vec<Change> = (0..25).map(|i| c(&format!("f{i}"), Kind::Added)).collect();
         let text = note(&many, 25);

@@ -137,8 +137,8 @@ pub fn parse_index(data: &[u8]) -> Result<Vec<(Vec<u8>, Entry)>, String> {
         let path = if version == 4 {
             // Prefix compression: a varint of bytes to drop from the previous path, then the
             // rest of the name up to a NUL; no padding.
-            let (drop, used) = varint(data.get(name_at..).unwrap_or(&[]))
-                .ok_or_else(|| bad("bad path prefix"))?;
+            let (drop, used) =
+                varint(data.get(name_at..).unwrap_or(&[])).ok_or_else(|| bad("bad path prefix"))?;
             let rest_at = name_at + used;
             let nul = memchr::memchr(0, data.get(rest_at..).unwrap_or(&[]))
                 .ok_or_else(|| bad("path without end"))?;
@@ -349,7 +349,8 @@ pub fn sync_excludes(
 
 /// Reads the snapshot `git add -A` left in our index.
 pub fn read_index(shadow: &Path) -> Result<Tree, String> {
-    let data = std::fs::read(shadow.join("index")).map_err(|e| format!("cannot read index: {e}"))?;
+    let data =
+        std::fs::read(shadow.join("index")).map_err(|e| format!("cannot read index: {e}"))?;
     Ok(Tree { entries: parse_index(&data)? })
 }
 
@@ -376,7 +377,8 @@ pub fn lock(shadow: &Path, deadline: std::time::Instant) -> Result<std::fs::File
         if std::time::Instant::now() >= deadline {
             return Err("another process was taking a snapshot of this project".into());
         }
-        #[allow(clippy::disallowed_methods)] // under spawn_blocking; a lock held by another process
+        #[allow(clippy::disallowed_methods)]
+        // under spawn_blocking; a lock held by another process
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
@@ -450,7 +452,8 @@ pub fn restore(root: &Path, path: &Path, entry: Option<(&Entry, &[u8])>) -> Resu
         }
         Some((entry, content)) => {
             if let Some(parent) = full.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| fail("cannot create the folder of", e))?;
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| fail("cannot create the folder of", e))?;
             }
             let existing = full.symlink_metadata().ok();
             if entry.mode == 0o120000 {
@@ -506,7 +509,8 @@ mod tests {
             ("e", e(0o100644, 5)),
         ]);
         let d = diff(&a, &b);
-        let paths: Vec<_> = d.iter().map(|d| String::from_utf8_lossy(&d.path).into_owned()).collect();
+        let paths: Vec<_> =
+            d.iter().map(|d| String::from_utf8_lossy(&d.path).into_owned()).collect();
         assert_eq!(paths, ["b", "c", "d", "e"]);
         assert_eq!(d[2].after, None);
         assert_eq!(d[3].before, None);

@@ -176,7 +176,10 @@ pub async fn undo_json(
 
 /// A run's changes for a viewer (`:AgentBashDiff`): `{id, root, command, changes}` (every
 /// changed path), or an error when there is no such run.
-pub fn changes_json(rt: &Runtime, id: Option<u64>) -> std::result::Result<serde_json::Value, String> {
+pub fn changes_json(
+    rt: &Runtime,
+    id: Option<u64>,
+) -> std::result::Result<serde_json::Value, String> {
     let rec = rt.changes().get(id).map_err(|e| e.to_string())?;
     Ok(serde_json::json!({
         "id": rec.id,

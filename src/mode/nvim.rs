@@ -180,7 +180,9 @@ impl Handler for Backend {
                 let id = match params.get("id") {
                     None | Some(serde_json::Value::Null) => None,
                     Some(v) => Some(v.as_u64().ok_or_else(|| {
-                        Value::from(format!("{name}: \"id\" must be a non-negative integer, got {v}"))
+                        Value::from(format!(
+                            "{name}: \"id\" must be a non-negative integer, got {v}"
+                        ))
                     })?),
                 };
                 match name.as_str() {
@@ -194,7 +196,8 @@ impl Handler for Backend {
                         .map_err(Value::from),
                     _ => {
                         let path = params.get("path").and_then(|p| p.as_str()).unwrap_or("");
-                        let id = id.ok_or_else(|| Value::from("changes_before: \"id\" is required"))?;
+                        let id =
+                            id.ok_or_else(|| Value::from("changes_before: \"id\" is required"))?;
                         match self.rt.changes().before(id, path).await {
                             Ok(Some(bytes)) => Ok(map(vec![
                                 ("exists", Value::from(true)),

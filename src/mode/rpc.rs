@@ -347,16 +347,18 @@ async fn handle(state: &Arc<State>, line: &str) {
         "undo" => {
             // SPEC §13: `changes_id` (absent: the newest run with changes).
             let v = match get_count(obj, "changes_id") {
-                Ok(changes_id) => match super::undo_json(&state.rt, changes_id.map(|n| n as u64)).await {
-                    Ok(done) => response(id.as_ref(), "undo", Ok(Some(camel(done)))),
-                    Err((e, data)) => {
-                        let mut v = response(id.as_ref(), "undo", Err(e));
-                        if let Some(d) = data {
-                            v["data"] = d;
+                Ok(changes_id) => {
+                    match super::undo_json(&state.rt, changes_id.map(|n| n as u64)).await {
+                        Ok(done) => response(id.as_ref(), "undo", Ok(Some(camel(done)))),
+                        Err((e, data)) => {
+                            let mut v = response(id.as_ref(), "undo", Err(e));
+                            if let Some(d) = data {
+                                v["data"] = d;
+                            }
+                            v
                         }
-                        v
                     }
-                },
+                }
                 Err(e) => response(id.as_ref(), "undo", Err(e)),
             };
             send(&state.out, v).await;

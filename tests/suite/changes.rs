@@ -69,13 +69,22 @@ fn repo(home: &Path) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
     git(p, &["init", "-q"]);
-    for (f, t) in [("a.txt", "a\n"), ("b.txt", "b\n"), ("run.sh", "echo run\n"), ("old.txt", "old\n"), ("keep/x", "x\n")] {
+    for (f, t) in [
+        ("a.txt", "a\n"),
+        ("b.txt", "b\n"),
+        ("run.sh", "echo run\n"),
+        ("old.txt", "old\n"),
+        ("keep/x", "x\n"),
+    ] {
         write(&p.join(f), t);
     }
     chmod(&p.join("run.sh"), 0o644);
     write(&p.join(".gitignore"), "*.log\nbuild/\n");
     write(&p.join(".git/info/exclude"), "secret.txt\n");
-    write(&home.join(".gitconfig"), &format!("[core]\n\texcludesFile = {}\n", home.join("global-ignore").display()));
+    write(
+        &home.join(".gitconfig"),
+        &format!("[core]\n\texcludesFile = {}\n", home.join("global-ignore").display()),
+    );
     write(&home.join("global-ignore"), "*.tmp\n");
     git(p, &["add", "-A"]);
     git(p, &["commit", "-qm", "init"]);
@@ -107,7 +116,12 @@ fn changes(r: &Value) -> Vec<(String, String)> {
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|c| (c["path"].as_str().unwrap().to_string(), c["kind"].as_str().unwrap().to_string()))
+                .map(|c| {
+                    (
+                        c["path"].as_str().unwrap().to_string(),
+                        c["kind"].as_str().unwrap().to_string(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -151,7 +165,13 @@ fn changes_in_a_git_repo_are_exact_and_its_git_dir_is_untouched() {
     assert_eq!(files(&p.join(".git")), git_before, "the project's .git changed");
 
     // Nothing changed: a receipt with no changes and no note; ignored files never show up.
-    let r = exec_json(state.path(), home.path(), p, CONFIG, "echo hi; echo more >> app.log; touch build/more");
+    let r = exec_json(
+        state.path(),
+        home.path(),
+        p,
+        CONFIG,
+        "echo hi; echo more >> app.log; touch build/more",
+    );
     assert_eq!(r["output"], "hi\n");
     assert_eq!(r["changes_count"], 0, "{r}");
     assert!(r.get("changes").is_none() && r.get("changes_id").is_none(), "{r}");
@@ -175,7 +195,12 @@ fn changes_in_a_plain_directory_and_a_symlink() {
     );
     assert_eq!(
         changes(&r),
-        pairs(&[("d/y", "added"), ("edit.txt", "modified"), ("keep.txt", "deleted"), ("link", "added")]),
+        pairs(&[
+            ("d/y", "added"),
+            ("edit.txt", "modified"),
+            ("keep.txt", "deleted"),
+            ("link", "added")
+        ]),
         "{r}"
     );
     // No .git appears in a plain directory: the store is ours, in the state dir.
@@ -204,11 +229,23 @@ fn changes_limits_budget_and_off_switch() {
 
     // A 1 ms budget: no receipt for this run, with the reason, and the command unharmed.
     let fresh = tempfile::tempdir().unwrap();
-    let r = exec_json(fresh.path(), home.path(), dir.path(), "[changes]\nmax_snapshot_ms = 1\n", "echo ok");
+    let r = exec_json(
+        fresh.path(),
+        home.path(),
+        dir.path(),
+        "[changes]\nmax_snapshot_ms = 1\n",
+        "echo ok",
+    );
     assert_eq!(r["output"], "ok\n");
     assert!(r["changes_unavailable"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
 
-    let r = exec_json(state.path(), home.path(), dir.path(), "[changes]\nenabled = false\n", "echo b > other");
+    let r = exec_json(
+        state.path(),
+        home.path(),
+        dir.path(),
+        "[changes]\nenabled = false\n",
+        "echo b > other",
+    );
     assert_eq!(r["output"], "(no output)");
     for k in ["changes", "changes_count", "changes_id", "changes_unavailable"] {
         assert!(r.get(k).is_none(), "{k} in {r}");
@@ -221,18 +258,33 @@ fn changes_settings_are_checked() {
     let state = tempfile::tempdir().unwrap();
     let cfg = state.path().join("c.toml");
     std::fs::write(&cfg, "[changes]\nmax_snapshot_ms = 0\n").unwrap();
-    let out = Command::new(BIN).args(["exec", "--config"]).arg(&cfg).args(["--", "true"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--config"])
+        .arg(&cfg)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("changes.max_snapshot_ms"), "{err}");
     std::fs::write(&cfg, "[changes]\nmax_file = 3\n").unwrap();
-    let out = Command::new(BIN).args(["exec", "--config"]).arg(&cfg).args(["--", "true"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--config"])
+        .arg(&cfg)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "unknown keys are errors");
 }
 
 async fn rpc_in(home: &Path) -> Rpc {
-    Rpc::start_env(tempfile::tempdir().unwrap(), Some(CONFIG), &[], &[("HOME", home.to_str().unwrap())])
-        .await
+    Rpc::start_env(
+        tempfile::tempdir().unwrap(),
+        Some(CONFIG),
+        &[],
+        &[("HOME", home.to_str().unwrap())],
+    )
+    .await
 }
 
 async fn undo(rpc: &mut Rpc, id: Option<u64>) -> Value {
@@ -312,7 +364,8 @@ async fn changes_undo_round_trip_refusal_and_undo_of_undo_over_rpc() {
     assert!(u["error"].as_str().unwrap().contains("changes_id"), "{u}");
 
     // A bang command (`bash`) gets a receipt too; its output stays the reference's.
-    let d = rpc.send(json!({"type": "bash", "command": "echo e > e.txt; echo done", "cwd": cwd})).await;
+    let d =
+        rpc.send(json!({"type": "bash", "command": "echo e > e.txt; echo done", "cwd": cwd})).await;
     let r = rpc.response(&d).await;
     assert_eq!(r["data"]["output"], "done\n");
     assert_eq!(r["data"]["changes"], json!([{"path": "e.txt", "kind": "added"}]));
@@ -337,12 +390,16 @@ async fn changes_of_overlapping_runs_are_serialized_and_complete() {
     let ra = rpc.response(&a).await;
     let rb = rpc.response(&b).await;
     for (r, prefix) in [(&ra, "a"), (&rb, "b")] {
-        let paths: Vec<String> = changes(&json!({"changes": r["data"]["changes"]})).into_iter().map(|c| c.0).collect();
+        let paths: Vec<String> =
+            changes(&json!({"changes": r["data"]["changes"]})).into_iter().map(|c| c.0).collect();
         for i in 1..=5 {
             assert!(paths.contains(&format!("{prefix}{i}")), "{prefix}{i} missing: {r}");
         }
     }
     let r = rpc.tool(json!({"cwd": cwd, "command": "rm a1 b5"})).await;
-    assert_eq!(r["changes"], json!([{"path": "a1", "kind": "deleted"}, {"path": "b5", "kind": "deleted"}]));
+    assert_eq!(
+        r["changes"],
+        json!([{"path": "a1", "kind": "deleted"}, {"path": "b5", "kind": "deleted"}])
+    );
     rpc.stop().await;
 }

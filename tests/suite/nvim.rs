@@ -672,8 +672,11 @@ async fn nvim_undo_and_diff_commands() {
     std::fs::write(p.join("gone.txt"), "bye\n").unwrap();
     let settings = p.join("../agent-bash-changes-test.toml");
     std::fs::write(&settings, "[changes]\nmax_snapshot_ms = 60000\n").unwrap();
-    ed.lua(&format!("require('agent_bash').setup({{settings_file = {:?}}})", settings.to_str().unwrap()))
-        .await;
+    ed.lua(&format!(
+        "require('agent_bash').setup({{settings_file = {:?}}})",
+        settings.to_str().unwrap()
+    ))
+    .await;
     ed.cmd(&format!("cd {}", p.display())).await;
     // The user's answers: the first item of a list, "Undo" in a confirmation; both recorded.
     ed.lua(
