@@ -5,7 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
 //! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `mcp`, `exec`, `changes`, `rss`,
-//! `abort`, `nvim`, `pty`, `editor`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
+//! `abort`, `nvim`, `pty`, `editor`, `fence`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -215,15 +215,21 @@ struct RpcProc {
 
 impl RpcProc {
     fn start() -> RpcProc {
-        RpcProc::start_in(Path::new("."), "")
+        RpcProc::start_with("")
     }
 
-    /// A backend working in `cwd` with extra settings (TOML).
-    fn start_in(cwd: &Path, config: &str) -> RpcProc {
+    /// With more settings (TOML lines) after `state_dir`. Change receipts are off: these
+    /// sections measure the rest of the path (the `changes` section measures receipts).
+    fn start_with(settings: &str) -> RpcProc {
+        RpcProc::start_in(Path::new("."), &format!("{settings}\n[changes]\nenabled = false\n"))
+    }
+
+    /// A backend working in `cwd`, with more settings (TOML lines) after `state_dir`.
+    fn start_in(cwd: &Path, settings: &str) -> RpcProc {
         let state = tempfile::tempdir().unwrap();
         let cfg = state.path().join("c.toml");
-        std::fs::write(&cfg, format!("state_dir = {:?}\n{config}", state.path().to_str().unwrap()))
-            .unwrap();
+        let state_dir = state.path().to_str().unwrap();
+        std::fs::write(&cfg, format!("state_dir = {state_dir:?}\n{settings}")).unwrap();
         let mut child = Command::new(BIN)
             .current_dir(cwd)
             .arg("--log-file")
@@ -255,6 +261,15 @@ impl RpcProc {
                 return line;
             }
         }
+    }
+
+    /// A round trip in the shell session of `key` (the default one when `None`).
+    fn round_trip_in(&mut self, id: &str, command: &str, key: Option<&str>) -> Duration {
+        let key = key.map(|k| format!(",\"session_key\":{k:?}")).unwrap_or_default();
+        let t = Instant::now();
+        self.send(&format!("{{\"id\":\"{id}\",\"type\":\"bash\",\"command\":{command:?}{key}}}"));
+        self.wait(id);
+        t.elapsed()
     }
 
     fn round_trip(&mut self, id: &str, command: &str) -> Duration {
@@ -369,6 +384,32 @@ fn bench_changes(runs: usize) {
         o.as_secs_f64() * 1e3,
         (w.as_secs_f64() - o.as_secs_f64()) * 1e3
     );
+/// SPEC §13: what the Landlock fence costs, fenced and unfenced `rpc` side by side: per command
+/// in a live session, and per new session (where the fence is set up).
+fn bench_fence(runs: usize) {
+    println!("\n### Fence (Landlock, `sandbox = \"workspace-write\"`; median of {runs})\n");
+    println!("| what | fenced | unfenced | fenced − unfenced | goal |");
+    println!("|---|---|---|---|---|");
+    let mut plain = RpcProc::start();
+    let mut fenced = RpcProc::start_with("sandbox = \"workspace-write\"\n");
+    for (name, key) in [("`true` in a live session", false), ("`true` in a new session", true)] {
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        plain.round_trip("w", "true");
+        fenced.round_trip("w", "true");
+        for i in 0..runs {
+            let (id, session) = (format!("c{i}"), key.then(|| format!("k{i}")));
+            off.push(plain.round_trip_in(&id, "true", session.as_deref()));
+            on.push(fenced.round_trip_in(&id, "true", session.as_deref()));
+        }
+        let (on, off) = (median(on), median(off));
+        let extra = on.as_secs_f64() - off.as_secs_f64();
+        println!(
+            "| {name} | {:.3} ms | {:.3} ms | {:+.3} ms | ≤ 1 ms per command |",
+            on.as_secs_f64() * 1e3,
+            off.as_secs_f64() * 1e3,
+            extra * 1e3
+        );
+    }
 }
 
 fn bench_exec(runs: usize) {
@@ -874,6 +915,9 @@ fn main() {
     }
     if want("mcp") {
         bench_mcp(200);
+    }
+    if want("fence") {
+        bench_fence(200);
     }
     if want("exec") {
         bench_exec(50);

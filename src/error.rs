@@ -17,6 +17,9 @@ pub enum Error {
     /// SPEC §4.3: an `artifact://` URL that cannot be resolved (message is the exact text).
     #[error("{0}")]
     Artifact(String),
+    /// SPEC §13: a fenced call on a kernel without Landlock is refused, never run unfenced.
+    #[error("Sandbox unavailable: {0}")]
+    SandboxUnavailable(String),
     /// Bad input from a caller (flags, RPC parameters, settings).
     #[error("{0}")]
     InvalidInput(String),

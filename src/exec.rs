@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::artifacts::ArtifactStore;
 use crate::display::{self, Display, StyledLine};
+use crate::fence::Fence;
 use crate::intercept::Interceptor;
 use crate::normalize::{self, Normalized};
 use crate::pty;
@@ -83,6 +84,9 @@ struct Slot {
     /// The shell was started for a bang command, with the editor's handles in its environment:
     /// a tool call never runs in it (SPEC §5).
     editor_env: bool,
+    /// The fence the shell started under (SPEC §13): a call that wants another one gets a
+    /// fresh shell.
+    fence: Option<Fence>,
     last_used: Option<Instant>,
 }
 
@@ -157,6 +161,7 @@ impl Runtime {
                 snapshot: None,
                 runtime_dir: runtime_dir.path().to_path_buf(),
                 owner,
+                fence: None,
             },
             bang_env,
             store: Arc::new(ArtifactStore::new(session_dir.clone())),
@@ -294,11 +299,21 @@ impl Runtime {
         if norm.command.is_empty() {
             return Err(Error::InvalidInput("command is empty".into()));
         }
+        // §13 the fence of a tool call's shell, refused outright without kernel support.
+        let fence = self.fence_for(&req, &cwd)?;
         // §6 PTY or pipes.
         if use_pty {
-            let job =
-                pty_path::PtyJob { norm: &norm, cwd: &cwd, timeout, started, origin: req.origin };
-            return Ok(self.pty_path(job, cancel, on_update, hooks).await);
+            let job = pty_path::PtyJob {
+                norm: &norm,
+                cwd: &cwd,
+                timeout,
+                started,
+                origin: req.origin,
+                fence: fence.as_ref(),
+            };
+            let mut r = self.pty_path(job, cancel, on_update, hooks).await;
+            note_fence(&mut r, fence.as_ref());
+            return Ok(r);
         }
 
         // §5 a shell session for the key; waiting for a busy one does not count as run time.
@@ -319,9 +334,10 @@ impl Runtime {
         };
         let mut shell_restarted = false;
         let editor_env = req.origin == Origin::Bang;
-        if slot.editor_env && !editor_env {
+        if (slot.editor_env && !editor_env) || (slot.shell.is_some() && slot.fence != fence) {
             // A bang command started this key's shell with the editor's handles: a tool call
-            // gets a fresh one without them.
+            // gets a fresh one without them. A shell fenced for another project (or not as
+            // the settings now say) is replaced as well.
             if let Some(mut sh) = slot.shell.take() {
                 sh.kill().await;
                 slot.lost = true;
@@ -337,11 +353,17 @@ impl Runtime {
             let Some(permit) = self.reserve(key, &cancel).await else {
                 return Ok(self.shape_unrun(Outcome::Cancelled, started));
             };
-            match self.spawn_shell(req.origin).await {
+            match self.spawn_shell(req.origin, fence.clone()).await {
                 Ok(sh) => {
                     slot.shell = Some(sh);
                     slot.editor_env = editor_env;
+                    slot.fence = fence.clone();
                     slot.permit = Some(permit);
+                }
+                Err(e)
+                    if fence.is_some() && e.to_string().starts_with(crate::fence::UNSUPPORTED) =>
+                {
+                    return Err(Error::SandboxUnavailable(e.to_string()));
                 }
                 Err(e) if shell::is_isolated(&e) => {
                     tracing::info!(
@@ -374,7 +396,7 @@ impl Runtime {
             Some(shell) => shell.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await,
             None => {
                 shell::run_oneshot(
-                    &self.shell_config(req.origin),
+                    &ShellConfig { fence: fence.clone(), ..self.shell_config(req.origin) },
                     &norm.runnable(),
                     &cwd,
                     &mut feed,
@@ -432,7 +454,56 @@ impl Runtime {
             r.normalized = serde_json::to_value(&norm).ok();
         }
         r.set_resources(resources);
+        note_fence(&mut r, fence.as_ref());
         Ok(r)
+    }
+
+    /// What the fence settings mean here, for `:checkhealth`: the sandbox of tool calls and the
+    /// kernel's Landlock support.
+    pub fn fence_report(&self) -> String {
+        let s = &self.settings;
+        let mut keys: Vec<String> =
+            s.sandbox_by_key.iter().map(|(k, m)| format!("{k} = {}", m.as_str())).collect();
+        let default = s.sandbox.unwrap_or(crate::fence::SandboxMode::Off).as_str();
+        keys.insert(0, format!("tool calls: {default}"));
+        let net = if s.network == Some(false) { ", network denied" } else { "" };
+        format!("{}{net} ({})", keys.join(", "), crate::fence::kernel_support())
+    }
+
+    /// False when the settings fence some tool calls but the kernel cannot.
+    pub fn fence_usable(&self) -> bool {
+        let s = &self.settings;
+        let fenced = s.sandbox.is_some_and(|m| m != crate::fence::SandboxMode::Off)
+            || s.sandbox_by_key.values().any(|m| *m != crate::fence::SandboxMode::Off);
+        !fenced || crate::fence::kernel_abi().is_ok()
+    }
+
+    /// The fence of a call's shell (SPEC §13): tool calls only, by the session key's setting,
+    /// around the project of `cwd`. A kernel without Landlock refuses a fenced call.
+    fn fence_for(&self, req: &Request, cwd: &std::path::Path) -> Result<Option<Fence>> {
+        if req.origin != Origin::Tool {
+            return Ok(None);
+        }
+        let mode = self.settings.sandbox_for(req.session_key.as_deref().unwrap_or(DEFAULT_KEY));
+        let tmp = self
+            .shell_cfg
+            .env
+            .iter()
+            .find(|(k, v)| k == "TMPDIR" && !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+            .unwrap_or_else(|| PathBuf::from("/tmp"));
+        let mut extra = vec![tmp, self.shell_cfg.runtime_dir.clone()];
+        extra.extend(self.settings.sandbox_writable_paths());
+        let fence = Fence::new(mode, cwd, &extra, self.settings.network.unwrap_or(true));
+        if fence.is_some() {
+            if let Err(why) = crate::fence::kernel_abi() {
+                return Err(Error::SandboxUnavailable(format!(
+                    "{} ({why})",
+                    crate::fence::UNSUPPORTED
+                )));
+            }
+        }
+        Ok(fence)
     }
 
     fn shape_unrun(&self, outcome: Outcome, started: Instant) -> BashResult {
@@ -473,7 +544,7 @@ impl Runtime {
             return false;
         };
         if slot.shell.is_none() && !self.isolated.load(Ordering::Relaxed) {
-            match self.spawn_shell(Origin::Bang).await {
+            match self.spawn_shell(Origin::Bang, None).await {
                 Ok(sh) => {
                     slot.shell = Some(sh);
                     slot.editor_env = true;
@@ -507,8 +578,9 @@ impl Runtime {
         cfg
     }
 
-    async fn spawn_shell(&self, origin: Origin) -> std::io::Result<Shell> {
+    async fn spawn_shell(&self, origin: Origin, fence: Option<Fence>) -> std::io::Result<Shell> {
         let mut cfg = self.shell_config(origin);
+        cfg.fence = fence;
         cfg.snapshot = self.snapshot().await;
         Shell::spawn(&cfg).await
     }
@@ -741,6 +813,19 @@ impl shell::OutputSink for Feed {
 
 /// The result of a command interception stopped (SPEC §2): an error with the exact text and
 /// the structured block.
+/// A fenced run says so, and its text ends with the sandbox note when a write was refused
+/// (SPEC §13).
+fn note_fence(r: &mut BashResult, fence: Option<&Fence>) {
+    let Some(fence) = fence else { return };
+    r.sandbox = Some(fence.mode.as_str());
+    if crate::fence::looks_denied(&r.text) {
+        let kept = r.output.trim_end_matches('\n').len();
+        r.output.truncate(kept);
+        r.output.push_str("\n\n");
+        r.output.push_str(crate::fence::NOTE);
+    }
+}
+
 fn blocked_result(block: crate::intercept::Block, took: Duration) -> BashResult {
     BashResult {
         output: block.message.clone(),

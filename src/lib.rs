@@ -27,6 +27,7 @@ pub mod changes;
 pub mod display;
 pub mod error;
 pub mod exec;
+pub mod fence;
 pub mod intercept;
 // Opened once at start-up, before the runtime serves anything.
 #[allow(clippy::disallowed_methods)]

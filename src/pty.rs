@@ -314,12 +314,23 @@ pub async fn run(
     let reader = PtyReader::clone_of(pair.master.as_ref())?;
     let writer = pair.master.take_writer().map_err(pty_err)?;
     // Recorded as ours before the reaper can see it: a quick command exits at once.
+    // The cgroup join above is a write the fence must let through.
+    let fence = cfg.fence.as_ref().map(|f| match group.procs_file() {
+        Some(file) => f.also_writing(file),
+        None => f.clone(),
+    });
+    let (slave, fence) = (pair.slave, fence.as_ref());
     let child = procs::spawn_owned(
-        || pair.slave.spawn_command(cmd).map_err(pty_err),
+        move || {
+            crate::fence::spawn_fenced(fence, move || {
+                let child = slave.spawn_command(cmd).map_err(pty_err);
+                // Without this, EOF never comes: we would hold the terminal open ourselves.
+                drop(slave);
+                child
+            })
+        },
         |c| c.process_id().map(|p| p as i32),
     )?;
-    // Without this, EOF never comes: we would hold the terminal open ourselves.
-    drop(pair.slave);
     let master = pair.master;
     let pid = child.process_id().map(|p| p as i32).unwrap_or(-1);
     group.started(pid);

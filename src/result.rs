@@ -90,6 +90,9 @@ pub struct BashResult {
     /// Why there is no receipt for this run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes_unavailable: Option<String>,
+    /// The fence the command ran under (§13): `"workspace-write"` or `"read-only"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<&'static str>,
 }
 
 impl BashResult {

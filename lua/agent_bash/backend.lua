@@ -16,6 +16,8 @@ local log = require('agent_bash.log')
 ---@field session_id? string
 ---@field warmed? boolean the prewarmed bang shell is ready
 ---@field changes? boolean change receipts (SPEC §13) are on in the backend's settings
+---@field fence? string the sandbox of tool calls and the kernel's Landlock support
+---@field fence_ok? boolean false when tool calls are to be fenced but the kernel cannot
 
 --- Starts the backend unless it runs. Returns the channel, or nil and an error message.
 ---@return integer? chan
@@ -275,7 +277,15 @@ function H.start()
     return nil, msg
   end
   H.chan = chan
-  H.info = { bin = bin, version = hello.version, pid = hello.pid, session_dir = hello.session_dir, changes = hello.changes }
+  H.info = {
+    bin = bin,
+    version = hello.version,
+    pid = hello.pid,
+    session_dir = hello.session_dir,
+    fence = hello.fence,
+    fence_ok = hello.fence_ok,
+    changes = hello.changes,
+  }
   log.info('backend %s (pid %s) on channel %d, artifacts in %s', tostring(hello.version), tostring(hello.pid), chan, tostring(hello.session_dir))
   if hello.version ~= version and not H.warned_version then
     H.warned_version = true

@@ -149,6 +149,13 @@ function H.ping(health, backend)
       )
     end
     health.info('artifacts: ' .. tostring(info.session_dir))
+    if info.fence_ok == false then
+      health.error('sandbox: ' .. tostring(info.fence), {
+        'fenced tool calls are refused: use a kernel with Landlock (5.13+, `lsm=` including landlock) or set sandbox = "off"',
+      })
+    elseif info.fence then
+      health.info('sandbox: ' .. info.fence .. ' (bang commands are never fenced)')
+    end
     local opts = require('agent_bash.config').options
     if opts.prewarm then
       health.info('prewarm: ' .. (info.warmed and 'the bang shell was ready before the first command' or 'not done yet (it runs once a UI attaches)'))

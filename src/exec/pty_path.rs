@@ -26,6 +26,8 @@ pub(super) struct PtyJob<'a> {
     pub started: Instant,
     /// Bang commands keep the editor's handles in their environment.
     pub origin: super::Origin,
+    /// The fence of a tool call's shell (SPEC §13).
+    pub fence: Option<&'a crate::fence::Fence>,
 }
 
 impl Runtime {
@@ -73,12 +75,13 @@ impl Runtime {
         on_update: Option<UpdateFn>,
         hooks: PtyHooks,
     ) -> BashResult {
-        let PtyJob { norm, cwd, timeout, started, origin } = job;
+        let PtyJob { norm, cwd, timeout, started, origin, fence } = job;
         let limits = &self.settings.limits;
         // Always styled: the finished run's card view keeps the screen's colours.
         let mut out = Feed::new(self, norm, true, on_update);
         let mut cfg = self.shell_config(origin);
         cfg.snapshot = self.snapshot().await;
+        cfg.fence = fence.cloned();
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
         // A terminal cannot be closed early as a pipe can (SPEC §1's head-only rule), so a
         // head-only `| head -n N` stage stayed in the command ([`crate::normalize::normalize_pty`]):

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::fence::SandboxMode;
 use crate::intercept::InterceptorSettings;
 use crate::{Error, Result};
 
@@ -30,6 +31,16 @@ pub struct Settings {
     pub state_dir: Option<PathBuf>,
     /// `[changes]`: change receipts and undo (SPEC §13).
     pub changes: crate::changes::ChangesSettings,
+    /// The fence of tool-call shells (SPEC §13): `"workspace-write"`, `"read-only"` or `"off"`.
+    /// Default off. Bang commands are never fenced.
+    pub sandbox: Option<SandboxMode>,
+    /// `[sandbox_by_key]`: the fence of the sessions of one session key (overrides `sandbox`).
+    pub sandbox_by_key: BTreeMap<String, SandboxMode>,
+    /// More paths a fenced shell may write (`~/` expands to the home directory).
+    pub sandbox_writable: Vec<PathBuf>,
+    /// `false` denies TCP bind/connect in fenced shells where the kernel's Landlock has it.
+    /// Default true.
+    pub network: Option<bool>,
 }
 
 /// `[limits]`.
@@ -92,7 +103,38 @@ impl Settings {
                     .into(),
             ));
         }
+        let fenced = s.sandbox.is_some_and(|m| m != SandboxMode::Off)
+            || s.sandbox_by_key.values().any(|m| *m != SandboxMode::Off);
+        if s.network == Some(false) && !fenced {
+            return Err(Error::InvalidInput(
+                "network = false needs a sandbox (`sandbox` or `[sandbox_by_key]`): only fenced shells can be denied the network".into(),
+            ));
+        }
+        if let Some(p) = s.sandbox_writable.iter().find(|p| !p.is_absolute() && !p.starts_with("~"))
+        {
+            return Err(Error::InvalidInput(format!(
+                "sandbox_writable: {} is not an absolute path (or ~/…)",
+                p.display()
+            )));
+        }
         Ok(s)
+    }
+
+    /// The fence mode of tool calls of session key `key` (SPEC §13).
+    pub fn sandbox_for(&self, key: &str) -> SandboxMode {
+        self.sandbox_by_key.get(key).copied().or(self.sandbox).unwrap_or(SandboxMode::Off)
+    }
+
+    /// The configured writable paths, `~/` expanded.
+    pub fn sandbox_writable_paths(&self) -> Vec<PathBuf> {
+        let home = std::env::var_os("HOME").map(PathBuf::from).or_else(dirs::home_dir);
+        self.sandbox_writable
+            .iter()
+            .map(|p| match (p.strip_prefix("~"), &home) {
+                (Ok(rest), Some(h)) => h.join(rest),
+                _ => p.clone(),
+            })
+            .collect()
     }
 
     /// The shell to run (SPEC §5).
@@ -185,6 +227,27 @@ mod tests {
         assert_eq!(s.limits.max_bytes, 51_200);
         assert!(Settings::parse("prefx = 1").is_err());
         assert!(Settings::parse("virtual_terminal = \"maybe\"").is_err());
+    }
+
+    #[test]
+    fn sandbox_settings() {
+        let s = Settings::parse(
+            "sandbox = \"workspace-write\"\nnetwork = false\nsandbox_writable = [\"~/.cache\"]\n[sandbox_by_key]\nci = \"read-only\"\nscratch = \"off\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.sandbox_for("default"), SandboxMode::WorkspaceWrite);
+        assert_eq!(s.sandbox_for("ci"), SandboxMode::ReadOnly);
+        assert_eq!(s.sandbox_for("scratch"), SandboxMode::Off);
+        assert!(s.sandbox_writable_paths()[0].is_absolute());
+        assert_eq!(Settings::default().sandbox_for("default"), SandboxMode::Off);
+        let e = Settings::parse("sandbox = \"everything\"").unwrap_err().to_string();
+        assert!(e.contains("unknown variant"), "{e}");
+        let e = Settings::parse("network = false").unwrap_err().to_string();
+        assert!(e.contains("needs a sandbox"), "{e}");
+        let e = Settings::parse("sandbox = \"read-only\"\nsandbox_writable = [\"rel\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an absolute path"), "{e}");
     }
 
     #[test]

@@ -149,6 +149,8 @@ impl Handler for Backend {
                     ("pid", Value::from(std::process::id())),
                     ("session_dir", Value::from(self.rt.store().dir().to_string_lossy().as_ref())),
                     ("changes", Value::from(self.rt.changes().enabled())),
+                    ("fence", Value::from(self.rt.fence_report().as_str())),
+                    ("fence_ok", Value::from(self.rt.fence_usable())),
                 ]))
             }
             "ping" => Ok(Value::from("pong")),

@@ -99,7 +99,11 @@ pub async fn run_oneshot(
     let writer2 = writer.try_clone()?;
     let (mut cmd, join) = shell_command(cfg, &["-c".into(), script.into()], &group);
     cmd.stdin(Stdio::null()).stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
-    let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))?;
+    let fence = cfg.fence.as_ref();
+    let mut child = procs::spawn_owned(
+        || crate::fence::spawn_fenced(fence, || cmd.spawn()),
+        |c| c.id().map(|p| p as i32),
+    )?;
     // Our copies of the write end went into the child; only its tree holds the pipe now.
     drop((cmd, join));
     let pid = child.id().map(|p| p as i32).unwrap_or(-1);
@@ -241,6 +245,8 @@ pub struct ShellConfig {
     pub runtime_dir: PathBuf,
     /// The backend's owner mark value ([`procs::OWNER_VAR`]).
     pub owner: String,
+    /// The Landlock fence the shell starts under (SPEC §13); none for bang commands.
+    pub fence: Option<crate::fence::Fence>,
 }
 
 /// Receives a command's raw output. Returning `false` closes the output stream (the producer
@@ -350,7 +356,11 @@ impl Shell {
         let group = procs::Group::new(false);
         let (mut cmd, join) = shell_command(cfg, &[], &group);
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
-        let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))?;
+        let fence = cfg.fence.as_ref();
+        let mut child = procs::spawn_owned(
+            || crate::fence::spawn_fenced(fence, || cmd.spawn()),
+            |c| c.id().map(|p| p as i32),
+        )?;
         drop(join);
         let pid = child.id().map(|p| p as i32).unwrap_or(-1);
         group.started(pid);

@@ -484,6 +484,11 @@ impl Group {
         }
     }
 
+    /// The `cgroup.procs` file [`Group::join_statement`] writes, when there is a cgroup.
+    pub fn procs_file(&self) -> Option<std::path::PathBuf> {
+        self.inner.cgroup.as_ref().map(|dir| dir.join("cgroup.procs"))
+    }
+
     /// Records the spawned root process (and tells the watchdog).
     pub fn started(&self, pid: i32) {
         if let Some(info) = proc_info(pid) {

@@ -6,6 +6,7 @@ mod editor;
 mod exec;
 mod explain;
 mod faults;
+mod fence;
 mod load;
 mod mcp;
 mod nvim;

@@ -381,8 +381,14 @@ async fn nvim_checkhealth_reports_versions_and_ping() {
     let text =
         ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
     let text = text.as_str().unwrap();
-    for want in ["Neovim 0.11", "binary: ", "version: agent-bash 0.1.0", "log file: ", "ping: pong"]
-    {
+    for want in [
+        "Neovim 0.11",
+        "binary: ",
+        "version: agent-bash 0.1.0",
+        "log file: ",
+        "ping: pong",
+        "sandbox: tool calls: off (Landlock ABI ",
+    ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
     assert!(!text.contains("ERROR"), "{text}");

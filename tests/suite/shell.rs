@@ -14,6 +14,7 @@ pub fn config(dir: &Path) -> ShellConfig {
         snapshot: None,
         runtime_dir: dir.to_path_buf(),
         owner: format!("test-{}", agent_bash::shell::local::nonce()),
+        fence: None,
     }
 }
 

@@ -1,0 +1,249 @@
+//! The fence (SPEC §13): tool-call shells under Linux Landlock.
+//!
+//! A fenced shell may read anywhere but write only beneath its project root (the git work tree
+//! that contains the cwd, else the cwd), the temp dir, the backend's runtime directory, the
+//! `sandbox_writable` paths and a few device files every command writes to (`/dev/null`, the
+//! terminals, `/dev/shm`). `read-only` drops the project root from that list. `network = false`
+//! also denies TCP bind and connect where the kernel's Landlock ABI has them (4 and later).
+//!
+//! How: the process that becomes the shell is forked from a short-lived thread that restricts
+//! itself first ([`spawn_fenced`]). Landlock domains belong to a thread's credentials and are
+//! inherited by every process it forks, so the shell and everything it starts are fenced, no
+//! `cd` or child process gets out, and the backend's other threads stay free. A kernel without
+//! Landlock makes the spawn fail with [`UNSUPPORTED`]: a fenced call is refused, never run
+//! unfenced.
+//!
+//! What Landlock does not fence (documented in the README): files opened before the fence (the
+//! inherited pipes and terminal), most ioctls on already-open files, rights the running kernel's
+//! ABI lacks (e.g. truncate before ABI 3, device ioctls before 5, network before 4), UDP and
+//! Unix sockets, and other users' processes (signals are not scoped).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, ABI,
+};
+use serde::{Deserialize, Serialize};
+
+/// `sandbox` setting values (SPEC §13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Not fenced.
+    Off,
+    /// Writes beneath the project root, the temp dir and the configured paths.
+    WorkspaceWrite,
+    /// Writes only in the temp dir and the configured paths.
+    ReadOnly,
+}
+
+impl SandboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::ReadOnly => "read-only",
+        }
+    }
+}
+
+/// The error text of a fenced call on a kernel without Landlock.
+pub const UNSUPPORTED: &str =
+    "the sandbox needs Linux Landlock, which this kernel does not provide (or has disabled); the command was not run";
+
+/// The line a fenced run's text ends with when a write was refused (SPEC §13).
+pub const NOTE: &str = "[Sandbox: writes outside the workspace are denied]";
+
+/// Set to `1` to make the fence behave as on a kernel without Landlock (tests of the refusal).
+pub const NO_LANDLOCK_VAR: &str = "AGENT_BASH_NO_LANDLOCK";
+
+/// Device files every command may write: output sinks, terminals, shared memory.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+];
+
+/// The newest ABI this build knows; older kernels get the subset they have.
+const LATEST: ABI = ABI::V6;
+
+/// What one fenced shell may write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub mode: SandboxMode,
+    /// Where writes are allowed besides the devices (project root first for workspace-write).
+    pub writable: Vec<PathBuf>,
+    /// TCP bind/connect allowed.
+    pub network: bool,
+}
+
+impl Fence {
+    /// The fence of a shell whose commands run in `cwd`: the project root (for
+    /// `workspace-write`), then `extra` (temp dir, runtime dir, configured paths).
+    pub fn new(mode: SandboxMode, cwd: &Path, extra: &[PathBuf], network: bool) -> Option<Fence> {
+        let mut writable = Vec::new();
+        match mode {
+            SandboxMode::Off => return None,
+            SandboxMode::WorkspaceWrite => writable.push(project_root(cwd)),
+            SandboxMode::ReadOnly => {}
+        }
+        for p in extra {
+            if !writable.contains(p) {
+                writable.push(p.clone());
+            }
+        }
+        Some(Fence { mode, writable, network })
+    }
+
+    /// A copy that may also write `path` (e.g. the cgroup file a PTY shell joins).
+    pub fn also_writing(&self, path: PathBuf) -> Fence {
+        let mut f = self.clone();
+        f.writable.push(path);
+        f
+    }
+
+    /// Fences the calling thread (and what it forks from now on). Irreversible: call it only on
+    /// a thread that exits afterwards.
+    fn restrict_this_thread(&self) -> io::Result<()> {
+        if std::env::var_os(NO_LANDLOCK_VAR).is_some_and(|v| v == "1") {
+            return Err(io::Error::other(UNSUPPORTED));
+        }
+        let err = |e: landlock::RulesetError| {
+            tracing::warn!("landlock: {e}");
+            io::Error::other(format!("{UNSUPPORTED} ({e})"))
+        };
+        // The file-system fence itself is required; newer rights are taken where the kernel
+        // has them.
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(ABI::V1))
+            .map_err(err)?
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(LATEST))
+            .map_err(err)?;
+        if !self.network {
+            ruleset =
+                ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(err)?;
+        }
+        let writable =
+            self.writable.iter().map(PathBuf::as_path).chain(DEVICES.iter().map(Path::new));
+        let status = ruleset
+            .create()
+            .map_err(err)?
+            .add_rules(path_beneath_rules(["/"], AccessFs::from_read(LATEST)))
+            .map_err(err)?
+            .add_rules(path_beneath_rules(writable, AccessFs::from_all(LATEST)))
+            .map_err(err)?
+            .restrict_self()
+            .map_err(err)?;
+        if status.ruleset == RulesetStatus::NotEnforced {
+            return Err(io::Error::other(UNSUPPORTED));
+        }
+        Ok(())
+    }
+}
+
+/// The project a cwd belongs to: the nearest directory at or above it holding `.git` (a git
+/// work tree, worktrees and submodules included), else the cwd itself.
+pub fn project_root(cwd: &Path) -> PathBuf {
+    cwd.ancestors().find(|dir| dir.join(".git").exists()).unwrap_or(cwd).to_path_buf()
+}
+
+/// Runs `spawn` (which starts a process) on a fresh thread fenced by `fence` first, so the
+/// process and its descendants inherit the fence and no other thread of the backend does.
+/// Without a fence, runs it here. The thread enters the caller's tokio runtime, if any, so
+/// `tokio::process` spawns work inside.
+pub fn spawn_fenced<T: Send>(
+    fence: Option<&Fence>,
+    spawn: impl FnOnce() -> io::Result<T> + Send,
+) -> io::Result<T> {
+    let Some(fence) = fence else { return spawn() };
+    let runtime = tokio::runtime::Handle::try_current().ok();
+    std::thread::scope(|scope| {
+        let fenced =
+            std::thread::Builder::new().name("fenced-spawn".into()).spawn_scoped(scope, || {
+                let _entered = runtime.as_ref().map(|h| h.enter());
+                fence.restrict_this_thread()?;
+                spawn()
+            })?;
+        fenced.join().unwrap_or_else(|_| Err(io::Error::other("fenced spawn panicked")))
+    })
+}
+
+/// Whether a refused write shows in a fenced run's text: the wording of EACCES/EPERM/EROFS as
+/// programs print them.
+pub fn looks_denied(text: &str) -> bool {
+    ["Permission denied", "Operation not permitted", "Read-only file system"]
+        .iter()
+        .any(|w| text.contains(w))
+}
+
+/// The kernel's Landlock ABI version, or why there is none.
+pub fn kernel_abi() -> Result<i64, String> {
+    if std::env::var_os(NO_LANDLOCK_VAR).is_some_and(|v| v == "1") {
+        return Err(format!("{NO_LANDLOCK_VAR}=1"));
+    }
+    // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a null attribute only queries the ABI.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    if abi > 0 {
+        Ok(abi)
+    } else {
+        Err(io::Error::last_os_error().to_string())
+    }
+}
+
+/// What `:checkhealth` says about the kernel's Landlock.
+pub fn kernel_support() -> String {
+    match kernel_abi() {
+        Ok(abi) => format!("Landlock ABI {abi}"),
+        Err(why) => format!("unavailable ({why})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_root_is_the_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        assert_eq!(project_root(&sub), sub);
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        assert_eq!(project_root(&sub), dir.path());
+    }
+
+    #[test]
+    fn modes_and_paths() {
+        let cwd = Path::new("/nonexistent/p");
+        let tmp = vec![PathBuf::from("/tmp")];
+        assert_eq!(Fence::new(SandboxMode::Off, cwd, &tmp, true), None);
+        let ro = Fence::new(SandboxMode::ReadOnly, cwd, &tmp, true).unwrap();
+        assert_eq!(ro.writable, tmp);
+        let ww = Fence::new(SandboxMode::WorkspaceWrite, cwd, &tmp, false).unwrap();
+        assert_eq!(ww.writable, [PathBuf::from("/nonexistent/p"), PathBuf::from("/tmp")]);
+        assert!(!ww.network);
+    }
+
+    #[test]
+    fn denial_wording() {
+        assert!(looks_denied("touch: cannot touch '/x': Permission denied"));
+        assert!(!looks_denied("all good"));
+    }
+}
