@@ -384,6 +384,8 @@ fn bench_changes(runs: usize) {
         o.as_secs_f64() * 1e3,
         (w.as_secs_f64() - o.as_secs_f64()) * 1e3
     );
+}
+
 /// SPEC §13: what the Landlock fence costs, fenced and unfenced `rpc` side by side: per command
 /// in a live session, and per new session (where the fence is set up).
 fn bench_fence(runs: usize) {
