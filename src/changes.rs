@@ -271,7 +271,7 @@ impl Receipts {
     pub fn new(settings: ChangesSettings, state_root: PathBuf, session_dir: PathBuf) -> Receipts {
         Receipts {
             base: state_root.join("changes"),
-            own_dirs: vec![state_root, session_dir],
+            own_dirs: own_dirs(state_root, session_dir),
             settings,
             projects: Mutex::new(HashMap::new()),
             records: Mutex::new(BTreeMap::new()),
@@ -519,8 +519,8 @@ impl Receipts {
         let root = project.git.root.display().to_string();
         match add_all(&project.git, deadline).await {
             Ok(()) => {}
-            Err(AddError::Slow(mut child)) => {
-                let _ = child.kill().await;
+            Err(AddError::Slow(slow)) => {
+                slow.kill().await;
                 let git = project.git.clone();
                 let _ =
                     tokio::task::spawn_blocking(move || store::clear_stale_lock(&git.shadow)).await;
@@ -563,101 +563,44 @@ impl Receipts {
         Ok(())
     }
 
-    /// The first snapshot of a project hashes every file. The tree's size is checked first
-    /// (`git ls-files`, no hashing); when the snapshot outlasts the budget and `may_defer`, it
-    /// goes on in the background and this run has no receipt.
+    /// The first snapshot of a project in this backend. When our store has no index yet, the
+    /// tree's size is checked first (`git ls-files`, no hashing), then every file is hashed.
+    /// All of it runs in a task of its own: when it outlasts the budget and `may_defer`, it
+    /// goes on in the background (at most [`FIRST_SNAPSHOT_MAX`]) and this run has no receipt.
     async fn first_snapshot(
         &self,
         project: &Arc<Project>,
-        mut held: Held,
+        held: Held,
         deadline: Instant,
         may_defer: bool,
     ) -> Result<(Held, Tree), String> {
-        let root = project.git.root.display().to_string();
-        let counted = count_files(&project.git, Instant::now() + FIRST_SNAPSHOT_MAX).await;
-        match counted {
-            Ok((files, bytes)) => {
-                let s = &self.settings;
-                let over = if files > s.max_files {
-                    Some(format!(
-                        "{root} has {files} files, over changes.max_files ({})",
-                        s.max_files
-                    ))
-                } else if bytes > s.max_bytes {
-                    Some(format!(
-                        "{root} holds {bytes} bytes, over changes.max_bytes ({})",
-                        s.max_bytes
-                    ))
-                } else {
-                    None
-                };
-                if let Some(reason) = over {
-                    held.guard.off = Some(reason.clone());
-                    return Err(reason);
+        let limits = (self.settings.max_files, self.settings.max_bytes);
+        let git = project.git.clone();
+        project.indexing.store(true, Ordering::Release);
+        let mut task = tokio::spawn(first_snapshot(git, held, limits));
+        let done = if may_defer {
+            match tokio::time::timeout_at(deadline.into(), &mut task).await {
+                Ok(done) => done,
+                Err(_) => {
+                    // The task clears `indexing` when it ends.
+                    let flag = project.clone();
+                    tokio::spawn(async move {
+                        let _ = task.await;
+                        flag.indexing.store(false, Ordering::Release);
+                    });
+                    return Err(format!(
+                        "the first snapshot of {} takes over {} ms: it goes on in the background, and receipts start with a later command",
+                        project.git.root.display(),
+                        self.settings.max_snapshot_ms
+                    ));
                 }
             }
-            Err(e) => {
-                held.guard.off = Some(e.clone());
-                return Err(e);
-            }
-        }
-        let deadline = deadline.max(Instant::now());
-        match add_all(&project.git, deadline).await {
-            Ok(()) => {}
-            Err(AddError::Failed(e)) => {
-                held.guard.off = Some(e.clone());
-                return Err(e);
-            }
-            Err(AddError::Slow(mut child)) if may_defer => {
-                project.indexing.store(true, Ordering::Release);
-                let project = project.clone();
-                tokio::spawn(async move {
-                    let done = tokio::time::timeout(FIRST_SNAPSHOT_MAX, child.wait()).await;
-                    match done {
-                        Ok(Ok(status)) if status.success() => held.guard.ready = true,
-                        Ok(_) => {
-                            held.guard.off = Some(format!(
-                                "the first snapshot of {} failed",
-                                project.git.root.display()
-                            ))
-                        }
-                        Err(_) => {
-                            let _ = child.kill().await;
-                            let git = project.git.clone();
-                            let _ = tokio::task::spawn_blocking(move || {
-                                store::clear_stale_lock(&git.shadow)
-                            })
-                            .await;
-                            held.guard.off = Some(format!(
-                                "the first snapshot of {} took over {} s",
-                                project.git.root.display(),
-                                FIRST_SNAPSHOT_MAX.as_secs()
-                            ));
-                        }
-                    }
-                    project.indexing.store(false, Ordering::Release);
-                    drop(held);
-                });
-                return Err(format!(
-                    "the first snapshot of {root} takes over {} ms: it goes on in the background, and receipts start with a later command",
-                    self.settings.max_snapshot_ms
-                ));
-            }
-            Err(AddError::Slow(mut child)) => {
-                let _ = child.kill().await;
-                let git = project.git.clone();
-                let _ =
-                    tokio::task::spawn_blocking(move || store::clear_stale_lock(&git.shadow)).await;
-                return Err(format!("the first snapshot of {root} was not done in time"));
-            }
-        }
-        let tree = read_tree(&project.git).await?;
-        if let Err(reason) = self.within_limits(&root, &tree) {
-            held.guard.off = Some(reason.clone());
-            return Err(reason);
-        }
-        held.guard.ready = true;
-        Ok((held, tree))
+        } else {
+            task.await
+        };
+        project.indexing.store(false, Ordering::Release);
+        let (held, tree) = done.map_err(|e| e.to_string())?;
+        Ok((held, tree?))
     }
 
     /// The project's lock (in-process, then the store's lock file), the store created and the
@@ -717,6 +660,19 @@ impl Receipts {
     }
 }
 
+/// Our directories: the state root and the session directory, and, when the state root is the
+/// editor's (`stdpath('state')/agent_bash`, the plugin's layout), the editor's state directory,
+/// which holds its log and the plugin's.
+fn own_dirs(state_root: PathBuf, session_dir: PathBuf) -> Vec<PathBuf> {
+    let mut dirs = vec![session_dir];
+    let named = state_root.file_name().is_some_and(|n| n == "agent_bash" || n == "agent-bash");
+    if let Some(parent) = state_root.parent().filter(|p| named && p.parent().is_some()) {
+        dirs.push(parent.to_path_buf());
+    }
+    dirs.push(state_root);
+    dirs
+}
+
 fn same(a: Option<&Entry>, b: Option<&Entry>) -> bool {
     match (a, b) {
         (None, None) => true,
@@ -748,9 +704,22 @@ fn restore_all(git: &Git, deltas: &[Delta]) -> Result<(), String> {
 }
 
 enum AddError {
-    /// Still running at the deadline (the caller kills it or lets it finish).
-    Slow(tokio::process::Child),
+    /// Still running at the deadline (the caller kills it).
+    Slow(Slow),
     Failed(String),
+}
+
+/// A `git add` still running at its deadline.
+struct Slow {
+    child: tokio::process::Child,
+    pid: i32,
+}
+
+impl Slow {
+    async fn kill(mut self) {
+        let _ = self.child.kill().await;
+        crate::shell::procs::disown_child(self.pid);
+    }
 }
 
 /// `git add -A` into the shadow index, waited for until `deadline`.
@@ -760,9 +729,10 @@ async fn add_all(git: &Git, deadline: Instant) -> Result<(), AddError> {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
     let mut cmd = tokio::process::Command::from(cmd);
-    let mut child = cmd
-        .spawn()
+    // Owned: the backend's reaper of adopted orphans must not take its exit status.
+    let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
         .map_err(|e| AddError::Failed(format!("cannot run {}: {e}", git.bin.display())))?;
+    let pid = child.id().map_or(0, |p| p as i32);
     let mut stderr = child.stderr.take();
     let read_err = async move {
         let mut buf = Vec::new();
@@ -776,6 +746,9 @@ async fn add_all(git: &Git, deadline: Instant) -> Result<(), AddError> {
         (status, err)
     })
     .await;
+    if waited.is_ok() {
+        crate::shell::procs::disown_child(pid);
+    }
     match waited {
         Ok((Ok(status), _)) if status.success() => Ok(()),
         Ok((status, err)) => {
@@ -788,8 +761,71 @@ async fn add_all(git: &Git, deadline: Instant) -> Result<(), AddError> {
                 if err.is_empty() { "no message" } else { err }
             )))
         }
-        Err(_) => Err(AddError::Slow(child)),
+        Err(_) => Err(AddError::Slow(Slow { child, pid })),
     }
+}
+
+/// The work of [`Receipts::first_snapshot`]: limits, `git add -A`, the tree. A failure turns
+/// receipts off for the project (the reason is kept in its state).
+async fn first_snapshot(
+    git: Git,
+    mut held: Held,
+    (max_files, max_bytes): (u64, u64),
+) -> (Held, Result<Tree, String>) {
+    let root = git.root.display().to_string();
+    let end = Instant::now() + FIRST_SNAPSHOT_MAX;
+    let result = async {
+        let shadow = git.shadow.clone();
+        let has_index = tokio::task::spawn_blocking(move || shadow.join("index").is_file())
+            .await
+            .unwrap_or(false);
+        if !has_index {
+            let (files, bytes) = count_files(&git, end).await?;
+            if files > max_files {
+                return Err(format!(
+                    "{root} has {files} files, over changes.max_files ({max_files})"
+                ));
+            }
+            if bytes > max_bytes {
+                return Err(format!(
+                    "{root} holds {bytes} bytes, over changes.max_bytes ({max_bytes})"
+                ));
+            }
+        }
+        match add_all(&git, end).await {
+            Ok(()) => {}
+            Err(AddError::Failed(e)) => return Err(e),
+            Err(AddError::Slow(slow)) => {
+                slow.kill().await;
+                let shadow = git.shadow.clone();
+                let _ = tokio::task::spawn_blocking(move || store::clear_stale_lock(&shadow)).await;
+                return Err(format!(
+                    "the first snapshot of {root} took over {} s",
+                    FIRST_SNAPSHOT_MAX.as_secs()
+                ));
+            }
+        }
+        let tree = read_tree(&git).await?;
+        let bytes = tree.total_bytes();
+        if tree.entries.len() as u64 > max_files {
+            return Err(format!(
+                "{root} has {} files, over changes.max_files ({max_files})",
+                tree.entries.len()
+            ));
+        }
+        if bytes > max_bytes {
+            return Err(format!(
+                "{root} holds {bytes} bytes, over changes.max_bytes ({max_bytes})"
+            ));
+        }
+        Ok(tree)
+    }
+    .await;
+    match &result {
+        Ok(_) => held.guard.ready = true,
+        Err(e) => held.guard.off = Some(e.clone()),
+    }
+    (held, result)
 }
 
 async fn read_tree(git: &Git) -> Result<Tree, String> {
@@ -808,8 +844,12 @@ async fn count_files(git: &Git, deadline: Instant) -> Result<(u64, u64), String>
         .stderr(std::process::Stdio::null());
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
-    let out = tokio::time::timeout_at(deadline.into(), cmd.output())
-        .await
+    let child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
+        .map_err(|e| format!("cannot run {}: {e}", git.bin.display()))?;
+    let pid = child.id().map_or(0, |p| p as i32);
+    let out = tokio::time::timeout_at(deadline.into(), child.wait_with_output()).await;
+    crate::shell::procs::disown_child(pid);
+    let out = out
         .map_err(|_| format!("listing the files of {} took too long", git.root.display()))?
         .map_err(|e| format!("cannot run {}: {e}", git.bin.display()))?;
     if !out.status.success() {

@@ -252,6 +252,17 @@ impl Git {
     }
 }
 
+/// Runs a command to the end and returns its output. The child is recorded as owned
+/// ([`crate::shell::procs::spawn_owned`]), so the backend's reaper of adopted orphans never
+/// takes its exit status.
+pub fn output_owned(mut cmd: Command) -> std::io::Result<std::process::Output> {
+    let child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| Some(c.id() as i32))?;
+    let pid = child.id() as i32;
+    let out = child.wait_with_output();
+    crate::shell::procs::disown_child(pid);
+    out
+}
+
 /// Creates the shadow store when missing: a bare repository with our config and attributes.
 /// `excludes_file` is the user's `core.excludesFile`, when set.
 pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
@@ -266,7 +277,7 @@ pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
     let mut config = String::from(
         "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfilemode = true\n\
          \tsymlinks = true\n\tignorecase = false\n\tautocrlf = false\n\tsafecrlf = false\n\
-         \tfsmonitor = false\n\tuntrackedCache = true\n\thooksPath = /dev/null\n\
+         \tfsmonitor = false\n\tuntrackedCache = false\n\thooksPath = /dev/null\n\
          \tquotePath = false\n\tpreloadIndex = true\n\tsplitIndex = false\n\
          \tsparseCheckout = false\n\tlogAllRefUpdates = false\n",
     );
@@ -299,15 +310,13 @@ pub fn user_ignores(bin: &Path, root: &Path, is_git: bool) -> (Option<PathBuf>, 
                 cmd.env_remove(&k);
             }
         }
-        #[allow(clippy::disallowed_methods)] // under spawn_blocking
-        let out = cmd
-            .args(args)
+        cmd.args(args)
             .current_dir(root)
             .env("GIT_OPTIONAL_LOCKS", "0")
             .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let out = output_owned(cmd).ok()?;
         let text = String::from_utf8(out.stdout).ok()?;
         let text = text.trim_end_matches('\n');
         (out.status.success() && !text.is_empty()).then(|| PathBuf::from(text))
@@ -388,14 +397,14 @@ pub fn blobs(git: &Git, oids: &[String]) -> Result<Vec<Vec<u8>>, String> {
     if oids.is_empty() {
         return Ok(Vec::new());
     }
-    let mut child = git
-        .command()
-        .args(["cat-file", "--batch"])
+    let mut cmd = git.command();
+    cmd.args(["cat-file", "--batch"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
+        .stderr(Stdio::null());
+    let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| Some(c.id() as i32))
         .map_err(|e| format!("cannot run git: {e}"))?;
+    let pid = child.id() as i32;
     let mut input = String::new();
     for oid in oids {
         input.push_str(oid);
@@ -406,7 +415,9 @@ pub fn blobs(git: &Git, oids: &[String]) -> Result<Vec<Vec<u8>>, String> {
         let _ = stdin.write_all(input.as_bytes());
     });
     #[allow(clippy::disallowed_methods)] // under spawn_blocking
-    let out = child.wait_with_output().map_err(|e| format!("git cat-file: {e}"))?;
+    let out = child.wait_with_output();
+    crate::shell::procs::disown_child(pid);
+    let out = out.map_err(|e| format!("git cat-file: {e}"))?;
     let _ = writer.join();
     let data = out.stdout;
     let mut blobs = Vec::with_capacity(oids.len());
