@@ -358,8 +358,12 @@ pub fn sync_excludes(
 
 /// Reads the snapshot `git add -A` left in our index.
 pub fn read_index(shadow: &Path) -> Result<Tree, String> {
-    let data =
-        std::fs::read(shadow.join("index")).map_err(|e| format!("cannot read index: {e}"))?;
+    // `git add -A` of an empty tree writes no index: an empty snapshot.
+    let data = match std::fs::read(shadow.join("index")) {
+        Ok(data) => data,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Tree::default()),
+        Err(e) => return Err(format!("cannot read index: {e}")),
+    };
     Ok(Tree { entries: parse_index(&data)? })
 }
 
