@@ -4,8 +4,9 @@
 // awaits.
 #![allow(clippy::disallowed_methods)]
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
-//! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `mcp`, `exec`, `rss`,
-//! `abort`, `nvim`, `pty`, `editor`, `fence`, `remote`). Sizes can be scaled down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
+//! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `mcp`, `exec`,
+//! `changes`, `rss`, `abort`, `nvim`, `pty`, `editor`, `fence`, `remote`). Sizes can be scaled
+//! down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -218,13 +219,20 @@ impl RpcProc {
         RpcProc::start_with("")
     }
 
-    /// With more settings (TOML lines) after `state_dir`.
+    /// With more settings (TOML lines) after `state_dir`. Change receipts are off: these
+    /// sections measure the rest of the path (the `changes` section measures receipts).
     fn start_with(settings: &str) -> RpcProc {
+        RpcProc::start_in(Path::new("."), &format!("{settings}\n[changes]\nenabled = false\n"))
+    }
+
+    /// A backend working in `cwd`, with more settings (TOML lines) after `state_dir`.
+    fn start_in(cwd: &Path, settings: &str) -> RpcProc {
         let state = tempfile::tempdir().unwrap();
         let cfg = state.path().join("c.toml");
         let state_dir = state.path().to_str().unwrap();
         std::fs::write(&cfg, format!("state_dir = {state_dir:?}\n{settings}")).unwrap();
         let mut child = Command::new(BIN)
+            .current_dir(cwd)
             .arg("--log-file")
             .arg(state.path().join("log"))
             .args(["rpc", "--config"])
@@ -305,6 +313,78 @@ fn bench_rpc(runs: usize) {
             goal,
         );
     }
+}
+
+/// SPEC §13: what a change receipt adds to a tool call that changes one file in a git
+/// repository of 10 000 files, against the same call with receipts off, side by side.
+fn bench_changes(runs: usize) {
+    let files = ((10_000.0 * scale()) as usize).max(100);
+    println!(
+        "\n### Change receipts (`tool_call` changing one file in a {files}-file git repo, median of {runs})\n"
+    );
+    println!("| what | receipts on | receipts off | added per call | goal |");
+    println!("|---|---|---|---|---|");
+    let repo = tempfile::tempdir().unwrap();
+    let per_dir = 100;
+    for d in 0..files.div_ceil(per_dir) {
+        let dir = repo.path().join(format!("d{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..per_dir.min(files - d * per_dir) {
+            std::fs::write(dir.join(format!("f{f}.txt")), format!("file {d} {f}\n")).unwrap();
+        }
+    }
+    let git = |args: &[&str]| {
+        let st = Command::new("git")
+            .args(["-c", "user.name=b", "-c", "user.email=b@b"])
+            .args(args)
+            .current_dir(repo.path())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "files"]);
+    let mut on = RpcProc::start_in(repo.path(), "");
+    let mut off = RpcProc::start_in(repo.path(), "[changes]\nenabled = false\n");
+    let call = |p: &mut RpcProc, id: &str, i: usize| -> (Duration, String) {
+        let t = Instant::now();
+        p.send(&format!(
+            "{{\"id\":\"{id}\",\"type\":\"tool_call\",\"command\":\"echo {i} > d0/f0.txt\"}}"
+        ));
+        let line = p.wait(id);
+        (t.elapsed(), line)
+    };
+    // The first snapshot hashes every file (in the background when slow): wait until the
+    // receipts are there.
+    let ready = Instant::now();
+    loop {
+        let (_, line) = call(&mut on, "warm", 0);
+        if line.contains("\"changesCount\"") {
+            break;
+        }
+        assert!(ready.elapsed() < Duration::from_secs(120), "no receipt after 2 min: {line}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    call(&mut off, "warm", 0);
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for i in 1..=runs {
+        let (d, line) = call(&mut on, &format!("on{i}"), i);
+        assert!(
+            line.contains("\"changes\":[{\"kind\":\"modified\",\"path\":\"d0/f0.txt\"}]"),
+            "{line}"
+        );
+        with.push(d);
+        without.push(call(&mut off, &format!("off{i}"), i).0);
+    }
+    let (w, o) = (median(with), median(without));
+    println!(
+        "| one file changed | {:.1} ms | {:.1} ms | {:+.1} ms | ≤ 20 ms |",
+        w.as_secs_f64() * 1e3,
+        o.as_secs_f64() * 1e3,
+        (w.as_secs_f64() - o.as_secs_f64()) * 1e3
+    );
 }
 
 /// SPEC §13: what the Landlock fence costs, fenced and unfenced `rpc` side by side: per command
@@ -844,6 +924,9 @@ fn main() {
     }
     if want("exec") {
         bench_exec(50);
+    }
+    if want("changes") {
+        bench_changes(50);
     }
     if want("rss") {
         bench_rss();

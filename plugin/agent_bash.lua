@@ -29,6 +29,14 @@ command('AgentBashQuickfix', function(o)
   require('agent_bash.quickfix').command(o.args)
 end, { nargs = '?', desc = "agent-bash: fill the quickfix list from a finished run's output (default: the newest)" })
 
+command('AgentBashUndo', function(o)
+  require('agent_bash.changes').undo_command(o.args)
+end, { nargs = '?', desc = 'agent-bash: put back the files a run changed (default: the newest run that changed files)' })
+
+command('AgentBashDiff', function(o)
+  require('agent_bash.changes').diff_command(o.args)
+end, { nargs = '?', desc = 'agent-bash: the files a run changed, each opening a diff against before the run' })
+
 command('AgentBashHistory', function()
   require('agent_bash.history').pick()
 end, { nargs = 0, desc = 'agent-bash: past runs of this session' })

@@ -131,6 +131,8 @@ pub struct Runtime {
     isolated: AtomicBool,
     /// Remote shell sessions by (profile, key) (SPEC §12).
     remote: remote_path::Pool,
+    /// Change receipts and undo (SPEC §13).
+    changes: Arc<crate::changes::Receipts>,
     _runtime_dir: tempfile::TempDir,
 }
 
@@ -172,7 +174,7 @@ impl Runtime {
                 fence: None,
             },
             bang_env,
-            store: Arc::new(ArtifactStore::new(session_dir)),
+            store: Arc::new(ArtifactStore::new(session_dir.clone())),
             base_dir,
             snapshots: Arc::new(snapshot::Snapshots::new(Some(
                 settings
@@ -190,6 +192,11 @@ impl Runtime {
             warming: AtomicBool::new(false),
             isolated: AtomicBool::new(false),
             remote: remote_path::Pool::default(),
+            changes: Arc::new(crate::changes::Receipts::new(
+                settings.changes.clone(),
+                settings.state_dir.clone().unwrap_or_else(crate::artifacts::state_root),
+                session_dir.clone(),
+            )),
             _runtime_dir: runtime_dir,
             settings,
         })
@@ -201,6 +208,11 @@ impl Runtime {
 
     pub fn store(&self) -> &Arc<ArtifactStore> {
         &self.store
+    }
+
+    /// Change receipts and undo (SPEC §13).
+    pub fn changes(&self) -> &Arc<crate::changes::Receipts> {
+        &self.changes
     }
 
     /// The owner mark value every process of this runtime carries ([`procs::OWNER_VAR`]).
@@ -247,7 +259,8 @@ impl Runtime {
         self.run_with(req, cancel, on_update, pty::PtyHooks::default()).await
     }
 
-    /// [`Runtime::run`] with the hooks a PTY run uses if the command gets one.
+    /// [`Runtime::run`] with the hooks a PTY run uses if the command gets one. A command that
+    /// runs gets a change receipt (SPEC §13): snapshots of its project before and after.
     pub async fn run_with(
         &self,
         req: Request,
@@ -256,8 +269,32 @@ impl Runtime {
         hooks: pty::PtyHooks,
     ) -> Result<BashResult> {
         if let Some(profile) = self.remote_profile(&req)? {
+            // Remote files are not this machine's: no local change receipt.
             return self.remote_path(req, profile, cancel, on_update).await;
         }
+        let receipt = match (self.changes.enabled(), self.precheck(&req)) {
+            (true, Ok(None)) => match validate::resolve_cwd(&self.base_dir, req.cwd.as_deref()) {
+                Ok(cwd) => self.changes.begin(&cwd).await,
+                Err(_) => crate::changes::Begin::Off,
+            },
+            _ => crate::changes::Begin::Off,
+        };
+        let (command, note) = (req.command.clone(), req.origin == Origin::Tool);
+        let mut r = self.run_pipeline(req, cancel, on_update, hooks).await?;
+        if r.blocked.is_none() {
+            self.changes.finish(receipt, &command, &mut r, note).await;
+        }
+        Ok(r)
+    }
+
+    /// The pipeline of one command (§1–§7), without the change receipt.
+    async fn run_pipeline(
+        &self,
+        req: Request,
+        cancel: CancellationToken,
+        on_update: Option<UpdateFn>,
+        hooks: pty::PtyHooks,
+    ) -> Result<BashResult> {
         let started = Instant::now();
         let use_pty = self.wants_pty(&req);
         // §1 normalize and §2 intercept: tool calls only; the user's own commands run verbatim.

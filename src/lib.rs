@@ -23,6 +23,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod artifacts;
+pub mod changes;
 pub mod display;
 pub mod error;
 pub mod exec;

@@ -77,6 +77,19 @@ pub struct BashResult {
     /// What the run cost (§7 receipt).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<crate::resources::Resources>,
+    /// Files the run added, modified, deleted or re-moded in its project (SPEC §13), at most
+    /// [`crate::changes::MAX_REPORTED`]; `changes_count` has the total.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<crate::changes::Change>,
+    /// How many paths changed (present whenever a receipt was taken).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes_count: Option<usize>,
+    /// The id `undo` and `:AgentBashDiff` take (present when something changed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes_id: Option<u64>,
+    /// Why there is no receipt for this run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes_unavailable: Option<String>,
     /// The fence the command ran under (§13): `"workspace-write"` or `"read-only"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<&'static str>,

@@ -15,6 +15,7 @@ local log = require('agent_bash.log')
 ---@field session_dir? string
 ---@field session_id? string
 ---@field warmed? boolean the prewarmed bang shell is ready
+---@field changes? boolean change receipts (SPEC §13) are on in the backend's settings
 ---@field fence? string the sandbox of tool calls and the kernel's Landlock support
 ---@field fence_ok? boolean false when tool calls are to be fenced but the kernel cannot
 
@@ -283,6 +284,7 @@ function H.start()
     session_dir = hello.session_dir,
     fence = hello.fence,
     fence_ok = hello.fence_ok,
+    changes = hello.changes,
   }
   log.info('backend %s (pid %s) on channel %d, artifacts in %s', tostring(hello.version), tostring(hello.pid), chan, tostring(hello.session_dir))
   if hello.version ~= version and not H.warned_version then

@@ -35,6 +35,7 @@ function M.render(state, opts)
   else
     H.tool_body(ctx)
   end
+  H.changes(ctx)
   local height = 0
   for _, l in ipairs(ctx.lines) do
     height = height + M.rows(l, ctx.width)
@@ -276,6 +277,39 @@ function H.rescued(ctx)
   end
   H.add(ctx, '…', 'AgentBashMore')
 end
+
+--- The files a finished run changed (SPEC §13), with the commands that show and undo them;
+--- at most `card.changed_lines` names unless expanded.
+function H.changes(ctx)
+  local s = ctx.state
+  local r = s.result
+  if s.status == 'running' or not r or type(r.changes) ~= 'table' or #r.changes == 0 then
+    return
+  end
+  local total = r.changes_count or #r.changes
+  -- A mirrored MCP call's id belongs to its server (undo it there with `bash_undo`).
+  local id = not s.client and r.changes_id or nil
+  local head = id and ('Changed files (:AgentBashDiff %d, :AgentBashUndo %d):'):format(id, id) or 'Changed files:'
+  H.add(ctx, head, 'AgentBashMore')
+  local letters = require('agent_bash.changes').LETTER
+  local limit = ctx.expanded and #r.changes or M.CHANGED_LINES
+  for i, c in ipairs(r.changes) do
+    if i > limit then
+      break
+    end
+    H.add(ctx, M.clamp(('  %s %s'):format(letters[c.kind] or '?', c.path)))
+  end
+  local shown = math.min(limit, #r.changes)
+  if total > shown then
+    if shown < #r.changes then
+      ctx.expandable = true
+    end
+    H.add(ctx, ('  … and %d more'):format(total - shown), 'AgentBashMore')
+  end
+end
+
+--- Changed files a collapsed card names.
+M.CHANGED_LINES = 5
 
 --- Excluded bang commands draw everything dimmed.
 function H.group(ctx, group)

@@ -67,7 +67,29 @@ function M.check()
     H.ping(health, backend)
   end
 
+  H.changes(health, backend)
   H.mirror(health)
+end
+
+--- Change receipts, undo and diff (SPEC §13): the git they need, and whether they are on.
+function H.changes(health, backend)
+  health.start('agent-bash: change receipts (:AgentBashUndo, :AgentBashDiff)')
+  local on = backend.info().changes
+  if vim.fn.executable('git') == 1 then
+    local out = vim.fn.system({ 'git', '--version' })
+    health.ok('git: ' .. vim.trim(out) .. ' (' .. vim.fn.exepath('git') .. ')')
+  elseif on ~= false then
+    health.warn('git not found on PATH: results say `changes_unavailable` and nothing can be undone', {
+      'install git, or name it in the settings file: [changes] git = "/path/to/git"',
+    })
+  end
+  if on == true then
+    health.ok('receipts are on (settings file: [changes] enabled = false turns them off)')
+  elseif on == false then
+    health.info('receipts are off ([changes] enabled = false in the settings file)')
+  else
+    health.info('receipts: unknown until the backend runs')
+  end
 end
 
 -- Helpers -----------------------------------------------------------------------------------

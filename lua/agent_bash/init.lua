@@ -163,6 +163,26 @@ function M.take_pending()
   return require('agent_bash.context').take_pending()
 end
 
+--- Undoes the file changes of run `changes_id` (a result's `changes_id`; nil: the newest run
+--- that changed files), without asking (SPEC §13, |agent_bash-undo|). Returns the undo's
+--- result (itself undoable by its `changes_id`), or nil and the refusal naming the files
+--- changed since.
+---@param changes_id? integer
+---@return table? result
+---@return string? err
+function M.undo(changes_id)
+  return require('agent_bash.changes').undo(changes_id)
+end
+
+--- The files run `changes_id` changed (nil: the newest run that changed files):
+--- `{id, root, command, changes = {{path, kind}, …}}`, or nil and an error message.
+---@param changes_id? integer
+---@return agent_bash.ChangeRecord? record
+---@return string? err
+function M.changes(changes_id)
+  return require('agent_bash.changes').get(changes_id)
+end
+
 --- Moves the cursor into the running terminal, else the newest card.
 function M.focus()
   if not require('agent_bash.terminal').focus() then

@@ -29,6 +29,8 @@ pub struct Settings {
     pub virtual_terminal: Option<String>,
     /// Root of the per-session artifact directories. Default: `<state dir>/agent-bash`.
     pub state_dir: Option<PathBuf>,
+    /// `[changes]`: change receipts and undo (SPEC §13).
+    pub changes: crate::changes::ChangesSettings,
     /// The fence of tool-call shells (SPEC §13): `"workspace-write"`, `"read-only"` or `"off"`.
     /// Default off. Bang commands are never fenced.
     pub sandbox: Option<SandboxMode>,
@@ -111,6 +113,7 @@ impl Settings {
                 )));
             }
         }
+        s.changes.check()?;
         if s.limits.max_bytes < 4 || s.limits.max_lines == 0 || s.limits.max_sessions == 0 {
             return Err(Error::InvalidInput(
                 "limits.max_bytes must be at least 4, limits.max_lines and limits.max_sessions at least 1"

@@ -126,7 +126,7 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![bash_tool()]))
+        Ok(ListToolsResult::with_all_items(vec![bash_tool(), undo_tool()]))
     }
 
     async fn call_tool(
@@ -134,9 +134,12 @@ impl ServerHandler for Server {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, ErrorData> {
+        if request.name == "bash_undo" {
+            return Ok(self.undo(request.arguments.unwrap_or_default()).await.into());
+        }
         if request.name != "bash" {
             return Err(ErrorData::invalid_params(
-                format!("Unknown tool: {} (this server has `bash`)", request.name),
+                format!("Unknown tool: {} (this server has `bash` and `bash_undo`)", request.name),
                 None,
             ));
         }
@@ -213,6 +216,38 @@ impl ServerHandler for Server {
 }
 
 impl Server {
+    /// `bash_undo` (SPEC §13): puts back the files a `bash` call changed. The text is the
+    /// undo's summary or the refusal naming the files changed since; the structured content is
+    /// the undo's own receipt (`changes_id` undoes the undo) or `{conflicts}`.
+    async fn undo(&self, args: JsonObject) -> CallToolResult {
+        let id = match args.get("changes_id") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(n) => Some(n),
+                None => {
+                    return error_result(&format!(
+                        "\"changes_id\" must be a non-negative integer, got {v}"
+                    ))
+                }
+            },
+        };
+        match super::undo_json(&self.rt, id).await {
+            Ok(done) => {
+                let text = done["output"].as_str().unwrap_or("").to_string();
+                let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+                out.structured_content = Some(done);
+                out.is_error = Some(false);
+                out
+            }
+            Err((text, data)) => {
+                let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+                out.structured_content = data;
+                out.is_error = Some(true);
+                out
+            }
+        }
+    }
+
     /// One `bash` call: the full tool path, progress, the mirror's card.
     async fn bash(&self, args: JsonObject, context: RequestContext<RoleServer>) -> CallToolResult {
         let mut req = match super::rpc::request_from(&args, Origin::Tool) {
@@ -433,7 +468,23 @@ fn bash_tool() -> Tool {
             "truncation": {"type": "object"},
             "is_error": {"type": "boolean"},
             "blocked": {"type": "object", "description": "Set when interception blocked the command: rule, suggested_tool, message"},
-            "remote": {"type": "object", "description": "Where a remote profile ran the command: profile, host"}
+            "remote": {"type": "object", "description": "Where a remote profile ran the command: profile, host"},
+            "sandbox": {"type": "string", "description": "The fence the command ran under: workspace-write or read-only"},
+            "changes": {
+                "type": "array",
+                "description": "Files of the project the command added, modified, deleted or changed the mode of (at most 200; paths relative to the project root)",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string"},
+                        "kind": {"type": "string", "enum": ["added", "modified", "deleted", "mode"]}
+                    },
+                    "required": ["path", "kind"]
+                }
+            },
+            "changes_count": {"type": "integer", "description": "How many files changed"},
+            "changes_id": {"type": "integer", "description": "Pass to bash_undo to put these files back"},
+            "changes_unavailable": {"type": "string", "description": "Why no change receipt was taken"}
         },
         "required": ["output", "cancelled", "timed_out", "truncated", "is_error"]
     });
@@ -447,6 +498,28 @@ fn bash_tool() -> Tool {
         as_object(input),
     )
     .with_raw_output_schema(Arc::new(as_object(output)))
+}
+
+fn undo_tool() -> Tool {
+    let input = json!({
+        "type": "object",
+        "properties": {
+            "changes_id": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The changes_id of the bash result whose file changes to undo (default: the newest call that changed files)."
+            }
+        }
+    });
+    let input = match input {
+        Value::Object(m) => m,
+        _ => JsonObject::new(),
+    };
+    Tool::new(
+        "bash_undo",
+        "Undo the file changes of an earlier bash call: every file it added, modified, deleted or changed the mode of is put back as it was before the call. Refused, touching nothing, when one of those files changed again since (the refusal names them). The undo is itself undoable with the changes_id it returns.",
+        input,
+    )
 }
 
 /// stdin/stdout as an MCP transport: one JSON-RPC message per line.

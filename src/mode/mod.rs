@@ -153,3 +153,38 @@ pub async fn history_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> 
     };
     serde_json::json!({"runs": page.items, "offset": page.offset, "total": page.total})
 }
+
+/// `undo` (SPEC §13) for the wires: the undo's result as JSON, or the refusal's text with the
+/// conflicting paths (`{conflicts: [...]}`) when files changed since.
+pub async fn undo_json(
+    rt: &Runtime,
+    id: Option<u64>,
+) -> std::result::Result<serde_json::Value, (String, Option<serde_json::Value>)> {
+    match rt.changes().undo(id).await {
+        Ok(done) => Ok(serde_json::to_value(&done).unwrap_or_default()),
+        Err(e) => {
+            let data = match &e {
+                crate::changes::UndoError::Conflict { paths, .. } => {
+                    Some(serde_json::json!({ "conflicts": paths }))
+                }
+                _ => None,
+            };
+            Err((e.to_string(), data))
+        }
+    }
+}
+
+/// A run's changes for a viewer (`:AgentBashDiff`): `{id, root, command, changes}` (every
+/// changed path), or an error when there is no such run.
+pub fn changes_json(
+    rt: &Runtime,
+    id: Option<u64>,
+) -> std::result::Result<serde_json::Value, String> {
+    let rec = rt.changes().get(id).map_err(|e| e.to_string())?;
+    Ok(serde_json::json!({
+        "id": rec.id,
+        "root": rec.root,
+        "command": rec.command,
+        "changes": rec.changes(),
+    }))
+}

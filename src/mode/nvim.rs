@@ -148,6 +148,7 @@ impl Handler for Backend {
                     ("version", Value::from(env!("CARGO_PKG_VERSION"))),
                     ("pid", Value::from(std::process::id())),
                     ("session_dir", Value::from(self.rt.store().dir().to_string_lossy().as_ref())),
+                    ("changes", Value::from(self.rt.changes().enabled())),
                     ("fence", Value::from(self.rt.fence_report().as_str())),
                     ("fence_ok", Value::from(self.rt.fence_usable())),
                 ]))
@@ -175,6 +176,40 @@ impl Handler for Backend {
                 crate::artifacts::resolve_path(Some(self.rt.store()), url)
                     .map(|p| Value::from(p.to_string_lossy().as_ref()))
                     .map_err(|e| Value::from(e.to_string()))
+            }
+            // SPEC §13: `undo {id?}`, `changes {id?}`, `changes_before {id, path}`.
+            "undo" | "changes" | "changes_before" => {
+                let id = match params.get("id") {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(v) => Some(v.as_u64().ok_or_else(|| {
+                        Value::from(format!(
+                            "{name}: \"id\" must be a non-negative integer, got {v}"
+                        ))
+                    })?),
+                };
+                match name.as_str() {
+                    "undo" => match super::undo_json(&self.rt, id).await {
+                        Ok(done) => Ok(json_to_msgpack(&done)),
+                        // The refusal's text names the paths changed since.
+                        Err((e, _)) => Err(Value::from(e)),
+                    },
+                    "changes" => super::changes_json(&self.rt, id)
+                        .map(|v| json_to_msgpack(&v))
+                        .map_err(Value::from),
+                    _ => {
+                        let path = params.get("path").and_then(|p| p.as_str()).unwrap_or("");
+                        let id =
+                            id.ok_or_else(|| Value::from("changes_before: \"id\" is required"))?;
+                        match self.rt.changes().before(id, path).await {
+                            Ok(Some(bytes)) => Ok(map(vec![
+                                ("exists", Value::from(true)),
+                                ("content", Value::Binary(bytes)),
+                            ])),
+                            Ok(None) => Ok(map(vec![("exists", Value::from(false))])),
+                            Err(e) => Err(Value::from(e)),
+                        }
+                    }
+                }
             }
             other => Err(Value::from(format!("Unknown request: {other}"))),
         }

@@ -344,6 +344,25 @@ async fn handle(state: &Arc<State>, line: &str) {
             .unwrap_or_else(|e| Err(e.to_string()));
             send(&state.out, response(id.as_ref(), "artifact", res)).await;
         }
+        "undo" => {
+            // SPEC §13: `changes_id` (absent: the newest run with changes).
+            let v = match get_count(obj, "changes_id") {
+                Ok(changes_id) => {
+                    match super::undo_json(&state.rt, changes_id.map(|n| n as u64)).await {
+                        Ok(done) => response(id.as_ref(), "undo", Ok(Some(camel(done)))),
+                        Err((e, data)) => {
+                            let mut v = response(id.as_ref(), "undo", Err(e));
+                            if let Some(d) = data {
+                                v["data"] = d;
+                            }
+                            v
+                        }
+                    }
+                }
+                Err(e) => response(id.as_ref(), "undo", Err(e)),
+            };
+            send(&state.out, v).await;
+        }
         "abort_tool_call" => {
             let target = obj.get("target").map(id_key);
             let found = match (&target, state.tools.lock()) {

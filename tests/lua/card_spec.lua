@@ -443,3 +443,40 @@ t.describe('remote card (SPEC §12)', function()
     t.eq({ 'box:$ echo a', '      echo b' }, { r.lines[1], r.lines[2] })
   end)
 end)
+
+t.describe('changed files (SPEC §13)', function()
+  local function changed(n)
+    local list = {}
+    for i = 1, n do
+      list[i] = { path = ('f%d.txt'):format(i), kind = i == 2 and 'deleted' or i == 3 and 'mode' or 'added' }
+    end
+    return list
+  end
+
+  t.it('a finished card lists them under the commands that show and undo them', function()
+    local s = tool({ status = 'done', lines = { 'ok' }, total_lines = 1, result = result({ changes = changed(2), changes_count = 2, changes_id = 7 }) })
+    local r = render(s)
+    t.eq({ '$ make test', 'ok', 'Changed files (:AgentBashDiff 7, :AgentBashUndo 7):', '  A f1.txt', '  D f2.txt' }, r.lines)
+  end)
+
+  t.it('collapsed shows five and counts the rest; expanded shows every one it has', function()
+    local s = bang({ status = 'done', lines = {}, total_lines = 0, result = result({ changes = changed(8), changes_count = 250, changes_id = 3 }) })
+    local r = render(s)
+    t.eq('  X f3.txt', r.lines[5])
+    t.eq('  A f5.txt', r.lines[7])
+    t.eq('  … and 245 more', r.lines[8])
+    t.eq(true, r.expandable)
+    local e = render(s, true)
+    t.eq('  A f8.txt', e.lines[#e.lines - 1])
+    t.eq('  … and 242 more', e.lines[#e.lines])
+  end)
+
+  t.it('a mirrored MCP call names no id of this editor; nothing while running or without changes', function()
+    local s = tool({ status = 'done', client = 'agent', result = result({ changes = changed(1), changes_count = 1, changes_id = 4 }) })
+    t.eq('Changed files:', render(s).lines[3])
+    local none = render(tool({ status = 'done', result = result({ changes_count = 0 }) }))
+    t.eq(false, vim.tbl_contains(none.lines, 'Changed files:'))
+    local running = render(tool({ result = result({ changes = changed(1) }) }))
+    t.eq(1, #running.lines)
+  end)
+end)

@@ -18,7 +18,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 
-def server(bin_path, state, extra_env=None, nvim="off"):
+def server(bin_path, state, extra_env=None, nvim="off", config_extra=""):
     env = {
         "XDG_STATE_HOME": os.environ.get("MCP_TEST_XDG_STATE") or os.path.join(state, "xdg"),
         "AGENT_BASH_LOG": os.path.join(state, "log"),
@@ -28,7 +28,7 @@ def server(bin_path, state, extra_env=None, nvim="off"):
     env.update(extra_env or {})
     config = os.path.join(state, "config.toml")
     with open(config, "w") as f:
-        f.write(f'state_dir = "{state}"\n[interceptor]\nenabled = true\n')
+        f.write(f'state_dir = "{state}"\n[interceptor]\nenabled = true\n{config_extra}')
     return StdioServerParameters(
         command=bin_path, args=["mcp", "--config", config, "--nvim", nvim], env=env, cwd=state
     )
@@ -52,7 +52,7 @@ async def basics(bin_path, state):
             assert init.capabilities.tools is not None and init.capabilities.resources is not None
 
             tools = (await s.list_tools()).tools
-            assert [t.name for t in tools] == ["bash"], tools
+            assert [t.name for t in tools] == ["bash", "bash_undo"], tools
             bash = tools[0]
             jsonschema.Draft202012Validator.check_schema(bash.input_schema)
             jsonschema.Draft202012Validator.check_schema(bash.output_schema)
@@ -217,9 +217,53 @@ async def call(bin_path, state, command, nvim_addr):
     print("ok call", flush=True)
 
 
+async def changes(bin_path, state, project):
+    """SPEC §13 over MCP: a call's changes in its structured content and text, and bash_undo."""
+    params = server(bin_path, state, config_extra="[changes]\nmax_snapshot_ms = 60000\n")
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            undo = tools["bash_undo"]
+            jsonschema.Draft202012Validator.check_schema(undo.input_schema)
+            assert undo.description and undo.input_schema["properties"]["changes_id"]["description"]
+            bash = tools["bash"]
+
+            r1 = await s.call_tool("bash", {"command": "echo new > made.txt; echo more >> kept.txt", "cwd": project})
+            sc = r1.structured_content
+            jsonschema.validate(sc, bash.output_schema)
+            assert sc["changes"] == [
+                {"path": "kept.txt", "kind": "modified"},
+                {"path": "made.txt", "kind": "added"},
+            ], sc
+            assert sc["changes_count"] == 2, sc
+            assert text_of(r1) == "(no output)\n\n[Changed files: M kept.txt, A made.txt]", text_of(r1)
+
+            u1 = await s.call_tool("bash_undo", {"changes_id": sc["changes_id"]})
+            assert not u1.is_error, u1
+            assert text_of(u1).startswith(f"Undid run {sc['changes_id']} ("), text_of(u1)
+            assert not os.path.exists(os.path.join(project, "made.txt"))
+            with open(os.path.join(project, "kept.txt")) as f:
+                assert f.read() == "kept\n"
+            redo = u1.structured_content["changes_id"]
+
+            # Undo of the undo; then a refusal once a file changed again.
+            u2 = await s.call_tool("bash_undo", {"changes_id": redo})
+            assert not u2.is_error and os.path.exists(os.path.join(project, "made.txt")), u2
+            with open(os.path.join(project, "made.txt"), "w") as f:
+                f.write("edited\n")
+            u3 = await s.call_tool("bash_undo", {"changes_id": u2.structured_content["changes_id"]})
+            assert u3.is_error, u3
+            assert text_of(u3) == f"Not undone: this file changed since run {u2.structured_content['changes_id']}: made.txt", text_of(u3)
+            assert u3.structured_content == {"conflicts": ["made.txt"]}, u3.structured_content
+            u4 = await s.call_tool("bash_undo", {"changes_id": "x"})
+            assert u4.is_error and "changes_id" in text_of(u4), u4
+    print("ok changes", flush=True)
+
+
 def main():
     scenario, bin_path, state, *rest = sys.argv[1:]
-    fn = {"basics": basics, "progress": progress, "cancel": cancel, "call": call}[scenario]
+    fn = {"basics": basics, "progress": progress, "cancel": cancel, "call": call, "changes": changes}[scenario]
     anyio.run(fn, bin_path, state, *rest)
 
 

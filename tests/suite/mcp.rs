@@ -71,6 +71,14 @@ async fn mcp_sdk_cancel_kills_setsid_and_term_ignoring_children() {
     scenario("cancel", state.path(), &[]).await;
 }
 
+#[tokio::test]
+async fn mcp_sdk_changes_and_bash_undo() {
+    let state = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("kept.txt"), "kept\n").unwrap();
+    scenario("changes", state.path(), &[project.path().to_str().unwrap()]).await;
+}
+
 /// A raw JSON-RPC client over the server's stdio.
 pub struct Raw {
     child: Child,

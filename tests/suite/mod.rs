@@ -1,5 +1,6 @@
 //! Integration suites, one file per area.
 
+mod changes;
 mod differential;
 mod editor;
 mod exec;

@@ -664,3 +664,106 @@ async fn nvim_card_shows_what_the_model_sees_with_head() {
         "{card:?}"
     );
 }
+
+/// SPEC §13 in the editor: a tool call's card lists the files it changed; `:AgentBashDiff`
+/// lists them and opens a diff against the state before the run; `:AgentBashUndo` asks with the
+/// files listed, puts them back, refuses (naming the file) when one changed since, and an undo
+/// can be undone.
+#[tokio::test]
+async fn nvim_undo_and_diff_commands() {
+    let ed = Editor::start().await;
+    let project = tempfile::tempdir().unwrap();
+    let p = project.path();
+    std::fs::write(p.join("a.txt"), "one\n").unwrap();
+    std::fs::write(p.join("gone.txt"), "bye\n").unwrap();
+    let settings = p.join("../agent-bash-changes-test.toml");
+    std::fs::write(&settings, "[changes]\nmax_snapshot_ms = 60000\n").unwrap();
+    ed.lua(&format!(
+        "require('agent_bash').setup({{settings_file = {:?}}})",
+        settings.to_str().unwrap()
+    ))
+    .await;
+    ed.cmd(&format!("cd {}", p.display())).await;
+    // The user's answers: the first item of a list, "Undo" in a confirmation; both recorded.
+    ed.lua(
+        "vim.ui.select = function(items, opts, on_choice)
+           _G.picked = { prompt = opts.prompt, items = vim.tbl_map(opts.format_item, items) }
+           on_choice(items[1], 1)
+         end
+         vim.fn.confirm = function(msg) _G.asked = msg; return 1 end
+         _G.notes = {}
+         vim.notify = function(msg, level) table.insert(_G.notes, { msg = msg, level = level }) end",
+    )
+    .await;
+    ed.tool_call("t", "{command = 'echo two > a.txt; rm gone.txt; echo n > new.txt'}").await;
+    let r = ed.wait_lua("_G.results.t").await;
+    let card = ed.card_done().await;
+    let id = ed.lua("return _G.results.t.changes_id").await.as_i64().unwrap();
+    assert!(
+        card.lines.contains(&format!("Changed files (:AgentBashDiff {id}, :AgentBashUndo {id}):")),
+        "{card:?} {r:?}"
+    );
+    for want in ["  M a.txt", "  D gone.txt", "  A new.txt"] {
+        assert!(card.lines.iter().any(|l| l == want), "{want:?} missing: {card:?}");
+    }
+
+    ed.cmd("AgentBashDiff").await;
+    let picked = ed.lua("return _G.picked.items").await;
+    assert_eq!(format!("{picked}"), r#"["M a.txt", "D gone.txt", "A new.txt"]"#);
+    let diff = ed
+        .lua(
+            "local out = {}
+             for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+               local b = vim.api.nvim_win_get_buf(w)
+               table.insert(out, { name = vim.fn.fnamemodify(vim.api.nvim_buf_get_name(b), ':t'),
+                 lines = vim.api.nvim_buf_get_lines(b, 0, -1, false), diff = vim.wo[w].diff })
+             end
+             table.sort(out, function(a, b) return a.name < b.name end)
+             return vim.json.encode(out)",
+        )
+        .await;
+    let diff: serde_json::Value = serde_json::from_str(diff.as_str().unwrap()).unwrap();
+    assert_eq!(
+        diff,
+        serde_json::json!([
+            {"name": "a.txt", "lines": ["one"], "diff": true},
+            {"name": "a.txt", "lines": ["two"], "diff": true},
+        ]),
+        "the scratch buffer (before) and the file (now), both in diff mode"
+    );
+    let names = ed.lua("return vim.fn.bufname(vim.fn.bufnr('agentbash://before/*'))").await;
+    assert_eq!(names.as_str().unwrap(), format!("agentbash://before/{id}/a.txt"));
+    ed.cmd("tabclose").await;
+
+    ed.cmd("AgentBashUndo").await;
+    let asked = ed.lua("return _G.asked").await;
+    let asked = asked.as_str().unwrap();
+    assert!(asked.starts_with(&format!("Undo run {id} ($ echo two > a.txt;")), "{asked}");
+    assert!(asked.ends_with("  M a.txt\n  D gone.txt\n  A new.txt"), "{asked}");
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "one\n");
+    assert_eq!(std::fs::read_to_string(p.join("gone.txt")).unwrap(), "bye\n");
+    assert!(!p.join("new.txt").exists());
+    let note = ed.lua("return _G.notes[#_G.notes].msg").await;
+    let redo = id + 1;
+    assert_eq!(
+        note.as_str().unwrap(),
+        format!("agent-bash: Undid run {id} (`echo two > a.txt; rm gone.txt; echo n > new.txt`): M a.txt, D gone.txt, A new.txt (:AgentBashUndo {redo} to redo)")
+    );
+
+    // Undo of the undo, by id; then a file edited since makes the next undo refuse.
+    ed.cmd(&format!("AgentBashUndo {redo}")).await;
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "two\n");
+    assert!(p.join("new.txt").exists() && !p.join("gone.txt").exists());
+    std::fs::write(p.join("new.txt"), "mine\n").unwrap();
+    ed.cmd("AgentBashUndo").await;
+    let last = ed.lua("return _G.notes[#_G.notes].msg .. ' / ' .. _G.notes[#_G.notes].level").await;
+    assert_eq!(
+        last.as_str().unwrap(),
+        format!("agent-bash: Not undone: this file changed since run {}: new.txt / 4", redo + 1)
+    );
+    assert_eq!(std::fs::read_to_string(p.join("new.txt")).unwrap(), "mine\n");
+    ed.cmd("AgentBashUndo x").await;
+    let last = ed.lua("return _G.notes[#_G.notes].msg").await;
+    assert!(last.as_str().unwrap().contains("expected a changes id"), "{last}");
+    let _ = std::fs::remove_file(&settings);
+}

@@ -1,0 +1,907 @@
+//! SPEC §13: what a command did to the project's files (change receipts) and undo.
+//!
+//! Around every run the runtime takes a snapshot of the project's non-ignored files before and
+//! after ([`Receipts::begin`], [`Receipts::finish`]) in a shadow git store of its own
+//! ([`store`]), and reports the paths that differ: `changes: [{path, kind}]` (at most
+//! [`MAX_REPORTED`]), `changes_count`, and `changes_id`, the id [`Receipts::undo`] takes.
+//!
+//! Cost is bounded per project: a snapshot over `changes.max_snapshot_ms`, or a tree over
+//! `changes.max_files` / `changes.max_bytes`, turns receipts off for that project until the
+//! backend restarts, and every later result says why (`changes_unavailable`). The first
+//! snapshot of a project hashes every file; when it takes longer than the budget it goes on in
+//! the background (results say so meanwhile) and receipts start once it is done.
+//!
+//! Overlapping runs in one project: snapshots are serialized by a per-project lock (and a lock
+//! file shared with other agent-bash processes), and each run reports every change made in the
+//! project between its two snapshots, whoever made it: a run that overlaps another also lists
+//! the other's changes, and undoing it puts those back too (only where they are still as its
+//! end snapshot saw them).
+
+// Every function of `store` blocks; they are only called under `spawn_blocking`.
+#[allow(clippy::disallowed_methods)]
+pub mod store;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+use tokio::sync::OwnedMutexGuard;
+
+use crate::result::BashResult;
+use store::{Delta, Entry, Git, Tree};
+
+/// Changed paths a result lists; `changes_count` has the total.
+pub const MAX_REPORTED: usize = 200;
+/// Names in the model's one-line note.
+pub const NOTE_NAMES: usize = 20;
+/// Runs with changes kept for undo and diff (the oldest are forgotten first).
+pub const KEEP_RECORDS: usize = 1000;
+/// The longest a first snapshot may go on in the background.
+pub const FIRST_SNAPSHOT_MAX: Duration = Duration::from_secs(30);
+
+/// `[changes]` settings.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChangesSettings {
+    /// Change receipts (and so undo) for tool calls and bang commands. Default true.
+    pub enabled: bool,
+    /// A project with more non-ignored files gets no receipts. Default 100 000.
+    pub max_files: u64,
+    /// A project whose non-ignored files hold more bytes gets no receipts. Default 2 GiB.
+    pub max_bytes: u64,
+    /// A snapshot that takes longer turns receipts off for the project. Default 200.
+    pub max_snapshot_ms: u64,
+    /// The git program. Default: `git` on `PATH`.
+    pub git: Option<PathBuf>,
+}
+
+impl Default for ChangesSettings {
+    fn default() -> Self {
+        ChangesSettings {
+            enabled: true,
+            max_files: 100_000,
+            max_bytes: 2 << 30,
+            max_snapshot_ms: 200,
+            git: None,
+        }
+    }
+}
+
+impl ChangesSettings {
+    pub fn check(&self) -> crate::Result<()> {
+        if self.max_snapshot_ms == 0 || self.max_files == 0 {
+            return Err(crate::Error::InvalidInput(
+                "changes.max_snapshot_ms and changes.max_files must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn budget(&self) -> Duration {
+        Duration::from_millis(self.max_snapshot_ms)
+    }
+}
+
+/// What happened to one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Added,
+    Modified,
+    Deleted,
+    /// Only the mode changed (the executable bit).
+    Mode,
+}
+
+impl Kind {
+    /// The letter of the model's note: `A`, `M`, `D`, and `X` for a mode change.
+    pub fn letter(self) -> char {
+        match self {
+            Kind::Added => 'A',
+            Kind::Modified => 'M',
+            Kind::Deleted => 'D',
+            Kind::Mode => 'X',
+        }
+    }
+
+    fn of(d: &Delta) -> Kind {
+        match (&d.before, &d.after) {
+            (None, _) => Kind::Added,
+            (_, None) => Kind::Deleted,
+            (Some(b), Some(a)) if b.oid == a.oid && is_file(b.mode) && is_file(a.mode) => {
+                Kind::Mode
+            }
+            _ => Kind::Modified,
+        }
+    }
+}
+
+fn is_file(mode: u32) -> bool {
+    mode == 0o100644 || mode == 0o100755
+}
+
+/// One changed path, relative to the project root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub path: String,
+    pub kind: Kind,
+}
+
+impl Change {
+    fn of(d: &Delta) -> Change {
+        Change { path: String::from_utf8_lossy(&d.path).into_owned(), kind: Kind::of(d) }
+    }
+}
+
+/// `[Changed files: M src/a.rs, A notes.txt, D old.txt]`: at most [`NOTE_NAMES`] names, then
+/// ` and <N> more`.
+pub fn note(changes: &[Change], total: usize) -> String {
+    let names: Vec<String> = changes
+        .iter()
+        .take(NOTE_NAMES)
+        .map(|c| format!("{} {}", c.kind.letter(), c.path))
+        .collect();
+    let shown = names.len();
+    let mut text = format!("[Changed files: {}", names.join(", "));
+    if total > shown {
+        text.push_str(&format!(" and {} more", total - shown));
+    }
+    text.push(']');
+    text
+}
+
+/// A run whose changes can be undone and shown.
+#[derive(Debug)]
+pub struct Record {
+    pub id: u64,
+    pub command: String,
+    pub root: PathBuf,
+    /// Every changed path (not only the reported ones), with its state before and after.
+    pub deltas: Vec<Delta>,
+    project: Arc<Project>,
+}
+
+impl Record {
+    pub fn changes(&self) -> Vec<Change> {
+        self.deltas.iter().map(Change::of).collect()
+    }
+}
+
+/// The receipt of a run in progress.
+#[derive(Debug)]
+pub enum Begin {
+    /// Receipts are turned off, or the command will not run.
+    Off,
+    Unavailable(String),
+    Taken {
+        project: Arc<Project>,
+        before: Tree,
+    },
+}
+
+/// Why an undo did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UndoError {
+    /// Nothing to undo (no such id, or no run with changes yet).
+    NotFound(String),
+    /// Files the run changed were changed again since: nothing was touched.
+    Conflict {
+        id: u64,
+        paths: Vec<String>,
+    },
+    Failed(String),
+}
+
+impl std::fmt::Display for UndoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UndoError::NotFound(m) | UndoError::Failed(m) => f.write_str(m),
+            UndoError::Conflict { id, paths } => write!(
+                f,
+                "Not undone: {} changed since run {id}: {}",
+                if paths.len() == 1 { "this file" } else { "these files" },
+                paths.join(", ")
+            ),
+        }
+    }
+}
+
+/// A done undo: itself a recorded run (`changes_id`) that can be undone.
+#[derive(Debug, Clone, Serialize)]
+pub struct UndoResult {
+    /// The run that was undone.
+    pub undone: u64,
+    /// `Undid run 3 ($ cmd): M a.txt, D b.txt`.
+    pub output: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes_id: Option<u64>,
+    pub changes: Vec<Change>,
+    pub changes_count: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes_unavailable: Option<String>,
+}
+
+/// One project (a root) and its shadow store.
+#[derive(Debug)]
+pub struct Project {
+    git: Git,
+    is_git: bool,
+    state: Arc<tokio::sync::Mutex<State>>,
+    /// A first snapshot is going on in the background: no need to wait for the lock.
+    indexing: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The store exists and the user's ignore settings were read.
+    init: bool,
+    /// A snapshot was taken: the index holds every file's stat data.
+    ready: bool,
+    /// Why receipts are off for this project (for good, until the backend restarts).
+    off: Option<String>,
+    project_exclude: Option<PathBuf>,
+}
+
+/// The per-project lock, held across a snapshot (or an undo's two snapshots and restore).
+struct Held {
+    guard: OwnedMutexGuard<State>,
+    _flock: std::fs::File,
+}
+
+/// Change receipts of one runtime: projects, and the runs that changed something.
+#[derive(Debug)]
+pub struct Receipts {
+    settings: ChangesSettings,
+    /// Our own directories (state root, session directory): never part of a project's files,
+    /// and no receipts for a working directory inside them.
+    own_dirs: Vec<PathBuf>,
+    base: PathBuf,
+    projects: Mutex<HashMap<PathBuf, Arc<Project>>>,
+    records: Mutex<BTreeMap<u64, Arc<Record>>>,
+    next_id: AtomicU64,
+}
+
+impl Receipts {
+    /// `state_root` is agent-bash's state directory (stores go to `<state_root>/changes`);
+    /// `session_dir` this runtime's artifacts directory.
+    pub fn new(settings: ChangesSettings, state_root: PathBuf, session_dir: PathBuf) -> Receipts {
+        Receipts {
+            base: state_root.join("changes"),
+            own_dirs: own_dirs(state_root, session_dir),
+            settings,
+            projects: Mutex::new(HashMap::new()),
+            records: Mutex::new(BTreeMap::new()),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.settings.enabled
+    }
+
+    fn bin(&self) -> PathBuf {
+        self.settings.git.clone().unwrap_or_else(|| PathBuf::from("git"))
+    }
+
+    fn project(&self, root: &Path, is_git: bool) -> Arc<Project> {
+        let mut projects = self.projects.lock().unwrap_or_else(|e| e.into_inner());
+        projects
+            .entry(root.to_path_buf())
+            .or_insert_with(|| {
+                Arc::new(Project {
+                    git: Git {
+                        bin: self.bin(),
+                        shadow: store::shadow_dir(&self.base, root),
+                        root: root.to_path_buf(),
+                    },
+                    is_git,
+                    state: Arc::default(),
+                    indexing: AtomicBool::new(false),
+                })
+            })
+            .clone()
+    }
+
+    /// The snapshot before a run in `cwd` (an existing directory).
+    pub async fn begin(&self, cwd: &Path) -> Begin {
+        if !self.settings.enabled {
+            return Begin::Off;
+        }
+        let cwd = cwd.to_path_buf();
+        let own = self.own_dirs.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            let cwd = cwd.canonicalize().unwrap_or(cwd);
+            let root = store::project_root(&cwd)
+                .ok_or("the working directory is inside a .git directory")?;
+            let ours = own.into_iter().map(|d| d.canonicalize().unwrap_or(d));
+            if ours.into_iter().any(|d| root.0.starts_with(&d)) {
+                return Err("the working directory is inside agent-bash's own state directory");
+            }
+            Ok(root)
+        })
+        .await
+        .unwrap_or(Err("the project root could not be found"));
+        let (root, is_git) = match found {
+            Ok(found) => found,
+            Err(reason) => return Begin::Unavailable(reason.into()),
+        };
+        let project = self.project(&root, is_git);
+        match self.snapshot(&project, true).await {
+            Ok((held, before)) => {
+                drop(held);
+                Begin::Taken { project, before }
+            }
+            Err(reason) => Begin::Unavailable(reason),
+        }
+    }
+
+    /// The snapshot after the run: sets `changes`, `changes_count`, `changes_id` (when something
+    /// changed) or `changes_unavailable` on the result, and, with `note`, ends the model text
+    /// with the one-line note.
+    pub async fn finish(&self, begin: Begin, command: &str, r: &mut BashResult, note: bool) {
+        let (project, before) = match begin {
+            Begin::Off => return,
+            Begin::Unavailable(reason) => {
+                r.changes_unavailable = Some(reason);
+                return;
+            }
+            Begin::Taken { project, before } => (project, before),
+        };
+        let after = match self.snapshot(&project, false).await {
+            Ok((held, after)) => {
+                drop(held);
+                after
+            }
+            Err(reason) => {
+                r.changes_unavailable = Some(reason);
+                return;
+            }
+        };
+        let deltas = tokio::task::spawn_blocking(move || store::diff(&before, &after))
+            .await
+            .unwrap_or_default();
+        self.report(r, project, command, deltas, note);
+    }
+
+    /// Sets the receipt fields of `r` from `deltas` and records them.
+    fn report(
+        &self,
+        r: &mut BashResult,
+        project: Arc<Project>,
+        command: &str,
+        deltas: Vec<Delta>,
+        note: bool,
+    ) {
+        let changes: Vec<Change> = deltas.iter().take(MAX_REPORTED).map(Change::of).collect();
+        r.changes_count = Some(deltas.len());
+        if !deltas.is_empty() {
+            if note {
+                let kept = r.output.trim_end_matches('\n').len();
+                r.output.truncate(kept);
+                r.output.push_str("\n\n");
+                r.output.push_str(&self::note(&changes, deltas.len()));
+            }
+            r.changes_id = Some(self.record(project, command, deltas));
+        }
+        r.changes = changes;
+    }
+
+    fn record(&self, project: Arc<Project>, command: &str, deltas: Vec<Delta>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let rec = Record {
+            id,
+            command: command.to_string(),
+            root: project.git.root.clone(),
+            deltas,
+            project,
+        };
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        records.insert(id, Arc::new(rec));
+        while records.len() > KEEP_RECORDS {
+            records.pop_first();
+        }
+        id
+    }
+
+    /// The run with changes `id`, or the newest one.
+    pub fn get(&self, id: Option<u64>) -> Result<Arc<Record>, UndoError> {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        match id {
+            Some(id) => records.get(&id).cloned().ok_or_else(|| {
+                UndoError::NotFound(format!("No run with changes has id {id} in this session"))
+            }),
+            None => records
+                .values()
+                .next_back()
+                .cloned()
+                .ok_or_else(|| UndoError::NotFound("No run has changed any file yet".into())),
+        }
+    }
+
+    /// A file's content before run `id` (`None`: it did not exist). Only paths the run changed.
+    pub async fn before(&self, id: u64, path: &str) -> Result<Option<Vec<u8>>, String> {
+        let rec = self.get(Some(id)).map_err(|e| e.to_string())?;
+        let delta = rec
+            .deltas
+            .iter()
+            .find(|d| d.path == path.as_bytes())
+            .ok_or_else(|| format!("Run {id} did not change {path}"))?;
+        let Some(entry) = delta.before else {
+            return Ok(None);
+        };
+        let git = rec.project.git.clone();
+        tokio::task::spawn_blocking(move || store::blobs(&git, &[entry.oid_hex()]))
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|mut b| b.pop())
+    }
+
+    /// Puts the files run `id` (default: the newest run with changes) changed back as they were
+    /// before it, where they are still as it left them; else refuses and names the others.
+    pub async fn undo(&self, id: Option<u64>) -> Result<UndoResult, UndoError> {
+        let rec = self.get(id)?;
+        if let Some(d) = rec
+            .deltas
+            .iter()
+            .find(|d| [d.before, d.after].iter().flatten().any(|e| e.mode == 0o160000))
+        {
+            return Err(UndoError::Failed(format!(
+                "Not undone: {} is a nested git repository, which undo does not restore",
+                String::from_utf8_lossy(&d.path)
+            )));
+        }
+        let project = rec.project.clone();
+        let (held, now) = self.snapshot(&project, false).await.map_err(UndoError::Failed)?;
+        let conflicts: Vec<String> = rec
+            .deltas
+            .iter()
+            .filter(|d| !same(now.get(&d.path), d.after.as_ref()))
+            .map(|d| String::from_utf8_lossy(&d.path).into_owned())
+            .collect();
+        if !conflicts.is_empty() {
+            return Err(UndoError::Conflict { id: rec.id, paths: conflicts });
+        }
+        let (git, deltas) = (project.git.clone(), rec.deltas.clone());
+        tokio::task::spawn_blocking(move || restore_all(&git, &deltas))
+            .await
+            .map_err(|e| UndoError::Failed(e.to_string()))?
+            .map_err(|e| UndoError::Failed(format!("Undo of run {} failed: {e}", rec.id)))?;
+        let label = format!("undo {}", rec.id);
+        let mut r = BashResult::default();
+        match self.snapshot_held(&project, held).await {
+            Ok((_, after)) => {
+                let deltas = tokio::task::spawn_blocking(move || store::diff(&now, &after))
+                    .await
+                    .unwrap_or_default();
+                self.report(&mut r, project, &label, deltas, false);
+            }
+            Err(reason) => r.changes_unavailable = Some(reason),
+        }
+        let changes = rec.changes();
+        let mut output = format!("Undid run {} (`{}`): ", rec.id, first_line(&rec.command));
+        output.push_str(&note(&changes, changes.len())["[Changed files: ".len()..]);
+        output.pop();
+        Ok(UndoResult {
+            undone: rec.id,
+            output,
+            changes_id: r.changes_id,
+            changes: r.changes,
+            changes_count: r.changes_count.unwrap_or(0),
+            changes_unavailable: r.changes_unavailable,
+        })
+    }
+
+    /// Takes the project's lock and a snapshot within the budget.
+    async fn snapshot(
+        &self,
+        project: &Arc<Project>,
+        may_defer: bool,
+    ) -> Result<(Held, Tree), String> {
+        let deadline = Instant::now() + self.settings.budget();
+        let held = self.acquire(project, deadline).await?;
+        if !held.guard.ready {
+            return self.first_snapshot(project, held, deadline, may_defer).await;
+        }
+        self.snapshot_held(project, held).await
+    }
+
+    /// A snapshot with the lock already held (a warm store).
+    async fn snapshot_held(
+        &self,
+        project: &Arc<Project>,
+        mut held: Held,
+    ) -> Result<(Held, Tree), String> {
+        let deadline = Instant::now() + self.settings.budget();
+        let root = project.git.root.display().to_string();
+        match add_all(&project.git, deadline).await {
+            Ok(()) => {}
+            Err(AddError::Slow(slow)) => {
+                slow.kill().await;
+                let git = project.git.clone();
+                let _ =
+                    tokio::task::spawn_blocking(move || store::clear_stale_lock(&git.shadow)).await;
+                let reason = format!(
+                    "a snapshot of {root} took over {} ms (changes.max_snapshot_ms)",
+                    self.settings.max_snapshot_ms
+                );
+                held.guard.off = Some(reason.clone());
+                return Err(reason);
+            }
+            Err(AddError::Failed(e)) => {
+                held.guard.off = Some(e.clone());
+                return Err(e);
+            }
+        }
+        let tree = read_tree(&project.git).await?;
+        if let Err(reason) = self.within_limits(&root, &tree) {
+            held.guard.off = Some(reason.clone());
+            return Err(reason);
+        }
+        Ok((held, tree))
+    }
+
+    fn within_limits(&self, root: &str, tree: &Tree) -> Result<(), String> {
+        let s = &self.settings;
+        if tree.entries.len() as u64 > s.max_files {
+            return Err(format!(
+                "{root} has {} files, over changes.max_files ({})",
+                tree.entries.len(),
+                s.max_files
+            ));
+        }
+        let bytes = tree.total_bytes();
+        if bytes > s.max_bytes {
+            return Err(format!(
+                "{root} holds {bytes} bytes, over changes.max_bytes ({})",
+                s.max_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// The first snapshot of a project in this backend. When our store has no index yet, the
+    /// tree's size is checked first (`git ls-files`, no hashing), then every file is hashed.
+    /// All of it runs in a task of its own: when it outlasts the budget and `may_defer`, it
+    /// goes on in the background (at most [`FIRST_SNAPSHOT_MAX`]) and this run has no receipt.
+    async fn first_snapshot(
+        &self,
+        project: &Arc<Project>,
+        held: Held,
+        deadline: Instant,
+        may_defer: bool,
+    ) -> Result<(Held, Tree), String> {
+        let limits = (self.settings.max_files, self.settings.max_bytes);
+        let git = project.git.clone();
+        project.indexing.store(true, Ordering::Release);
+        let mut task = tokio::spawn(first_snapshot(git, held, limits));
+        let done = if may_defer {
+            match tokio::time::timeout_at(deadline.into(), &mut task).await {
+                Ok(done) => done,
+                Err(_) => {
+                    // The task clears `indexing` when it ends.
+                    let flag = project.clone();
+                    tokio::spawn(async move {
+                        let _ = task.await;
+                        flag.indexing.store(false, Ordering::Release);
+                    });
+                    return Err(format!(
+                        "the first snapshot of {} takes over {} ms: it goes on in the background, and receipts start with a later command",
+                        project.git.root.display(),
+                        self.settings.max_snapshot_ms
+                    ));
+                }
+            }
+        } else {
+            task.await
+        };
+        project.indexing.store(false, Ordering::Release);
+        let (held, tree) = done.map_err(|e| e.to_string())?;
+        Ok((held, tree?))
+    }
+
+    /// The project's lock (in-process, then the store's lock file), the store created and the
+    /// excludes brought up to date.
+    async fn acquire(&self, project: &Arc<Project>, deadline: Instant) -> Result<Held, String> {
+        let root = project.git.root.display().to_string();
+        if project.indexing.load(Ordering::Acquire) {
+            return Err(format!("the first snapshot of {root} is still being taken"));
+        }
+        let busy = || format!("another command was taking a snapshot of {root}");
+        let mut guard =
+            tokio::time::timeout_at(deadline.into(), project.state.clone().lock_owned())
+                .await
+                .map_err(|_| busy())?;
+        if let Some(off) = &guard.off {
+            return Err(off.clone());
+        }
+        let git = project.git.clone();
+        let (init, is_git, exclude) = (guard.init, project.is_git, guard.project_exclude.clone());
+        let own = self.own_dirs.clone();
+        let prepared = tokio::task::spawn_blocking(move || -> Result<_, (String, bool)> {
+            let mut exclude = exclude;
+            if !init {
+                let (excludes_file, info) = store::user_ignores(&git.bin, &git.root, is_git);
+                store::init(&git, excludes_file.as_deref()).map_err(|e| (e, true))?;
+                exclude = info;
+            }
+            let flock = store::lock(&git.shadow, deadline).map_err(|e| (e, false))?;
+            store::clear_stale_lock(&git.shadow);
+            // Our own directories (stores, artifacts) never count as the project's files.
+            let extra: Vec<String> = own
+                .into_iter()
+                .filter_map(|d| {
+                    let d = d.canonicalize().unwrap_or(d);
+                    let rel = d.strip_prefix(&git.root).ok()?;
+                    (!rel.as_os_str().is_empty()).then(|| format!("/{}/", rel.display()))
+                })
+                .collect();
+            store::sync_excludes(&git.shadow, exclude.as_deref(), &extra).map_err(|e| (e, true))?;
+            Ok((flock, exclude))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        match prepared {
+            Ok((flock, exclude)) => {
+                guard.init = true;
+                guard.project_exclude = exclude;
+                Ok(Held { guard, _flock: flock })
+            }
+            Err((reason, permanent)) => {
+                if permanent {
+                    guard.off = Some(reason.clone());
+                }
+                Err(reason)
+            }
+        }
+    }
+}
+
+/// Our directories: the state root and the session directory, and, when the state root is the
+/// editor's (`stdpath('state')/agent_bash`, the plugin's layout), the editor's state directory,
+/// which holds its log and the plugin's.
+fn own_dirs(state_root: PathBuf, session_dir: PathBuf) -> Vec<PathBuf> {
+    let mut dirs = vec![session_dir];
+    let named = state_root.file_name().is_some_and(|n| n == "agent_bash" || n == "agent-bash");
+    if let Some(parent) = state_root.parent().filter(|p| named && p.parent().is_some()) {
+        dirs.push(parent.to_path_buf());
+    }
+    dirs.push(state_root);
+    dirs
+}
+
+fn same(a: Option<&Entry>, b: Option<&Entry>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.same(b),
+        _ => false,
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+/// Writes every path of `deltas` back to its `before` state (blocking).
+fn restore_all(git: &Git, deltas: &[Delta]) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let wanted: Vec<String> = deltas.iter().filter_map(|d| d.before.map(|e| e.oid_hex())).collect();
+    let mut contents = store::blobs(git, &wanted)?.into_iter();
+    for d in deltas {
+        let path = Path::new(std::ffi::OsStr::from_bytes(&d.path));
+        match &d.before {
+            None => store::restore(&git.root, path, None)?,
+            Some(entry) => {
+                let content = contents.next().ok_or("missing saved content")?;
+                store::restore(&git.root, path, Some((entry, &content)))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+enum AddError {
+    /// Still running at the deadline (the caller kills it).
+    Slow(Slow),
+    Failed(String),
+}
+
+/// A `git add` still running at its deadline.
+struct Slow {
+    child: tokio::process::Child,
+    pid: i32,
+}
+
+impl Slow {
+    async fn kill(mut self) {
+        let _ = self.child.kill().await;
+        crate::shell::procs::disown_child(self.pid);
+    }
+}
+
+/// `git add -A` into the shadow index, waited for until `deadline`.
+async fn add_all(git: &Git, deadline: Instant) -> Result<(), AddError> {
+    let mut cmd = git.command();
+    cmd.args(["add", "-A", "--", "."])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut cmd = tokio::process::Command::from(cmd);
+    // Owned: the backend's reaper of adopted orphans must not take its exit status.
+    let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
+        .map_err(|e| AddError::Failed(format!("cannot run {}: {e}", git.bin.display())))?;
+    let pid = child.id().map_or(0, |p| p as i32);
+    let mut stderr = child.stderr.take();
+    let read_err = async move {
+        let mut buf = Vec::new();
+        if let Some(s) = stderr.as_mut() {
+            let _ = s.take(16 * 1024).read_to_end(&mut buf).await;
+        }
+        buf
+    };
+    let waited = tokio::time::timeout_at(deadline.into(), async {
+        let (status, err) = tokio::join!(child.wait(), read_err);
+        (status, err)
+    })
+    .await;
+    if waited.is_ok() {
+        crate::shell::procs::disown_child(pid);
+    }
+    match waited {
+        Ok((Ok(status), _)) if status.success() => Ok(()),
+        Ok((status, err)) => {
+            let err = String::from_utf8_lossy(&err);
+            let err = err.trim();
+            Err(AddError::Failed(format!(
+                "a snapshot of {} failed ({}): {}",
+                git.root.display(),
+                status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+                if err.is_empty() { "no message" } else { err }
+            )))
+        }
+        Err(_) => Err(AddError::Slow(Slow { child, pid })),
+    }
+}
+
+/// The work of [`Receipts::first_snapshot`]: limits, `git add -A`, the tree. A failure turns
+/// receipts off for the project (the reason is kept in its state).
+async fn first_snapshot(
+    git: Git,
+    mut held: Held,
+    (max_files, max_bytes): (u64, u64),
+) -> (Held, Result<Tree, String>) {
+    let root = git.root.display().to_string();
+    let end = Instant::now() + FIRST_SNAPSHOT_MAX;
+    let result = async {
+        let shadow = git.shadow.clone();
+        let has_index = tokio::task::spawn_blocking(move || shadow.join("index").is_file())
+            .await
+            .unwrap_or(false);
+        if !has_index {
+            let (files, bytes) = count_files(&git, end).await?;
+            if files > max_files {
+                return Err(format!(
+                    "{root} has {files} files, over changes.max_files ({max_files})"
+                ));
+            }
+            if bytes > max_bytes {
+                return Err(format!(
+                    "{root} holds {bytes} bytes, over changes.max_bytes ({max_bytes})"
+                ));
+            }
+        }
+        match add_all(&git, end).await {
+            Ok(()) => {}
+            Err(AddError::Failed(e)) => return Err(e),
+            Err(AddError::Slow(slow)) => {
+                slow.kill().await;
+                let shadow = git.shadow.clone();
+                let _ = tokio::task::spawn_blocking(move || store::clear_stale_lock(&shadow)).await;
+                return Err(format!(
+                    "the first snapshot of {root} took over {} s",
+                    FIRST_SNAPSHOT_MAX.as_secs()
+                ));
+            }
+        }
+        let tree = read_tree(&git).await?;
+        let bytes = tree.total_bytes();
+        if tree.entries.len() as u64 > max_files {
+            return Err(format!(
+                "{root} has {} files, over changes.max_files ({max_files})",
+                tree.entries.len()
+            ));
+        }
+        if bytes > max_bytes {
+            return Err(format!(
+                "{root} holds {bytes} bytes, over changes.max_bytes ({max_bytes})"
+            ));
+        }
+        Ok(tree)
+    }
+    .await;
+    match &result {
+        Ok(_) => held.guard.ready = true,
+        Err(e) => held.guard.off = Some(e.clone()),
+    }
+    (held, result)
+}
+
+async fn read_tree(git: &Git) -> Result<Tree, String> {
+    let shadow = git.shadow.clone();
+    tokio::task::spawn_blocking(move || store::read_index(&shadow))
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+/// How many non-ignored files the project has and their bytes, without hashing any
+/// (`git ls-files --others --exclude-standard`), for the limits before a first snapshot.
+async fn count_files(git: &Git, deadline: Instant) -> Result<(u64, u64), String> {
+    let mut cmd = git.command();
+    cmd.args(["ls-files", "-z", "--others", "--cached", "--exclude-standard"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.kill_on_drop(true);
+    let child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
+        .map_err(|e| format!("cannot run {}: {e}", git.bin.display()))?;
+    let pid = child.id().map_or(0, |p| p as i32);
+    let out = tokio::time::timeout_at(deadline.into(), child.wait_with_output()).await;
+    crate::shell::procs::disown_child(pid);
+    let out = out
+        .map_err(|_| format!("listing the files of {} took too long", git.root.display()))?
+        .map_err(|e| format!("cannot run {}: {e}", git.bin.display()))?;
+    if !out.status.success() {
+        return Err(format!("cannot list the files of {}", git.root.display()));
+    }
+    let root = git.root.clone();
+    tokio::task::spawn_blocking(move || {
+        use std::os::unix::ffi::OsStrExt;
+        let mut files = 0u64;
+        let mut bytes = 0u64;
+        for name in out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            files += 1;
+            let path = root.join(std::ffi::OsStr::from_bytes(name));
+            if let Ok(m) = path.symlink_metadata() {
+                bytes += m.len();
+            }
+        }
+        (files, bytes)
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(path: &str, kind: Kind) -> Change {
+        Change { path: path.into(), kind }
+    }
+
+    #[test]
+    fn note_lists_twenty_names_then_a_count() {
+        let few = [
+            c("src/a.rs", Kind::Modified),
+            c("notes.txt", Kind::Added),
+            c("old.txt", Kind::Deleted),
+            c("run.sh", Kind::Mode),
+        ];
+        assert_eq!(note(&few, 4), "[Changed files: M src/a.rs, A notes.txt, D old.txt, X run.sh]");
+        let many: Vec<Change> = (0..25).map(|i| c(&format!("f{i}"), Kind::Added)).collect();
+        let text = note(&many, 25);
+        assert!(text.ends_with("A f19 and 5 more]"), "{text}");
+        assert_eq!(text.matches("A f").count(), 20);
+        let capped = note(&many[..3], 300);
+        assert!(capped.ends_with("A f2 and 297 more]"), "{capped}");
+    }
+
+    #[test]
+    fn settings_reject_zero_budgets() {
+        let s = ChangesSettings { max_snapshot_ms: 0, ..Default::default() };
+        assert!(s.check().is_err());
+        assert!(ChangesSettings::default().check().is_ok());
+    }
+}

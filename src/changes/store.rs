@@ -1,0 +1,565 @@
+//! The shadow git object store of one project (SPEC §13), and the blocking work on it.
+//!
+//! `<state>/changes/<name>-<hash>/` is a bare git directory of our own. Every git we run gets
+//! `GIT_DIR` = that directory and `GIT_WORK_TREE` = the project root, no system or global
+//! config (so no hooks, fsmonitor, filters or aliases of the user's apply), and attributes that
+//! turn every conversion off (`info/attributes`), so a file is stored byte for byte. Ignore rules
+//! stay the user's: the project's `.gitignore` files are read from the work tree, its
+//! `info/exclude` is copied into ours, and the user's `core.excludesFile` is named in our config.
+//! The project's own `.git` is only ever read (to find `info/exclude`), never written.
+//!
+//! A snapshot is `git add -A` into our private index, whose entries (path, mode, blob id) are
+//! then read straight from the index file: no tree objects, one process per snapshot. The
+//! index keeps the stat data of every file between calls, so only files whose stat changed are
+//! hashed again.
+//!
+//! Everything here blocks: it runs under `spawn_blocking` (see [`super`]).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// One file as a snapshot saw it: git mode (`0o100644`, `0o100755`, `0o120000` for a symlink,
+/// `0o160000` for a nested repository), blob id and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub mode: u32,
+    pub oid: [u8; 20],
+    pub size: u32,
+}
+
+impl Entry {
+    /// Same content and mode (the size is stat data, not identity).
+    pub fn same(&self, other: &Entry) -> bool {
+        self.mode == other.mode && self.oid == other.oid
+    }
+
+    pub fn oid_hex(&self) -> String {
+        self.oid.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The project's non-ignored files at one moment, sorted by path (bytes, as git sorts them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tree {
+    pub entries: Vec<(Vec<u8>, Entry)>,
+}
+
+impl Tree {
+    pub fn get(&self, path: &[u8]) -> Option<&Entry> {
+        self.entries
+            .binary_search_by(|(p, _)| p.as_slice().cmp(path))
+            .ok()
+            .map(|i| &self.entries[i].1)
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.entries.iter().map(|(_, e)| u64::from(e.size)).sum()
+    }
+}
+
+/// One path whose state differs between two trees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delta {
+    pub path: Vec<u8>,
+    pub before: Option<Entry>,
+    pub after: Option<Entry>,
+}
+
+/// The paths that differ between `a` and `b`, in path order (a merge of two sorted lists).
+pub fn diff(a: &Tree, b: &Tree) -> Vec<Delta> {
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while i < a.entries.len() || j < b.entries.len() {
+        let order = match (a.entries.get(i), b.entries.get(j)) {
+            (Some((pa, _)), Some((pb, _))) => pa.cmp(pb),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            _ => std::cmp::Ordering::Greater,
+        };
+        match order {
+            std::cmp::Ordering::Less => {
+                let (p, e) = &a.entries[i];
+                out.push(Delta { path: p.clone(), before: Some(*e), after: None });
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                let (p, e) = &b.entries[j];
+                out.push(Delta { path: p.clone(), before: None, after: Some(*e) });
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                let ((p, ea), (_, eb)) = (&a.entries[i], &b.entries[j]);
+                if !ea.same(eb) {
+                    out.push(Delta { path: p.clone(), before: Some(*ea), after: Some(*eb) });
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Reads the entries of a git index file (versions 2, 3 and 4, SHA-1), stage 0 only.
+pub fn parse_index(data: &[u8]) -> Result<Vec<(Vec<u8>, Entry)>, String> {
+    let bad = |what: &str| format!("unreadable index: {what}");
+    if data.len() < 12 || &data[..4] != b"DIRC" {
+        return Err(bad("no DIRC header"));
+    }
+    let be32 = |at: usize| -> Result<u32, String> {
+        data.get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| bad("entry cut short"))
+    };
+    let version = be32(4)?;
+    if !(2..=4).contains(&version) {
+        return Err(bad(&format!("version {version}")));
+    }
+    let count = be32(8)? as usize;
+    let mut entries = Vec::with_capacity(count.min(1 << 20));
+    let mut at = 12;
+    let mut previous: Vec<u8> = Vec::new();
+    for _ in 0..count {
+        let start = at;
+        let mode = be32(start + 24)?;
+        let size = be32(start + 36)?;
+        let oid_bytes = data.get(start + 40..start + 60).ok_or_else(|| bad("entry cut short"))?;
+        let mut oid = [0u8; 20];
+        oid.copy_from_slice(oid_bytes);
+        let flags = data
+            .get(start + 60..start + 62)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(|| bad("entry cut short"))?;
+        let mut name_at = start + 62;
+        if version >= 3 && flags & 0x4000 != 0 {
+            name_at += 2;
+        }
+        let path = if version == 4 {
+            // Prefix compression: a varint of bytes to drop from the previous path, then the
+            // rest of the name up to a NUL; no padding.
+            let (drop, used) =
+                varint(data.get(name_at..).unwrap_or(&[])).ok_or_else(|| bad("bad path prefix"))?;
+            let rest_at = name_at + used;
+            let nul = memchr::memchr(0, data.get(rest_at..).unwrap_or(&[]))
+                .ok_or_else(|| bad("path without end"))?;
+            let keep = previous.len().checked_sub(drop).ok_or_else(|| bad("bad path prefix"))?;
+            let mut path = previous[..keep].to_vec();
+            path.extend_from_slice(&data[rest_at..rest_at + nul]);
+            at = rest_at + nul + 1;
+            path
+        } else {
+            let nul = memchr::memchr(0, data.get(name_at..).unwrap_or(&[]))
+                .ok_or_else(|| bad("path without end"))?;
+            let path = data[name_at..name_at + nul].to_vec();
+            let len = name_at - start + nul;
+            at = start + ((len + 8) & !7);
+            path
+        };
+        previous.clone_from(&path);
+        let stage = (flags >> 12) & 3;
+        if stage == 0 {
+            entries.push((path, Entry { mode, oid, size }));
+        }
+    }
+    Ok(entries)
+}
+
+/// git's offset varint (index v4): 7 bits a byte, each continuation adding one.
+fn varint(data: &[u8]) -> Option<(usize, usize)> {
+    let mut value: usize = 0;
+    for (i, &b) in data.iter().enumerate().take(10) {
+        if i > 0 {
+            value = value.checked_add(1)?.checked_shl(7)?;
+        }
+        value |= usize::from(b & 0x7f);
+        if b & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+/// The project root for a working directory: the nearest directory holding `.git` (a git work
+/// tree, a worktree or a submodule), else the directory itself. `None` inside a `.git`.
+pub fn project_root(cwd: &Path) -> Option<(PathBuf, bool)> {
+    if cwd.components().any(|c| c.as_os_str() == ".git") {
+        return None;
+    }
+    let mut dir = Some(cwd);
+    while let Some(d) = dir {
+        if d.join(".git").symlink_metadata().is_ok() {
+            return Some((d.to_path_buf(), true));
+        }
+        dir = d.parent();
+    }
+    Some((cwd.to_path_buf(), false))
+}
+
+/// Where the shadow store of `root` lives under `base`: `<base>/<name>-<hash of the path>`.
+pub fn shadow_dir(base: &Path, root: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    // FNV-1a: stable across builds (std's hasher makes no such promise).
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in root.as_os_str().as_bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let name: String = root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into())
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
+        .take(40)
+        .collect();
+    base.join(format!("{name}-{hash:016x}"))
+}
+
+/// How git is run for one project.
+#[derive(Debug, Clone)]
+pub struct Git {
+    pub bin: PathBuf,
+    pub shadow: PathBuf,
+    pub root: PathBuf,
+}
+
+impl Git {
+    /// A git command on the shadow store with the project as work tree, isolated from the
+    /// user's and the project's configuration and from `GIT_*` variables of our environment.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("GIT_") {
+                cmd.env_remove(&k);
+            }
+        }
+        cmd.env("GIT_DIR", &self.shadow)
+            .env("GIT_WORK_TREE", &self.root)
+            .env("GIT_INDEX_FILE", self.shadow.join("index"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_ATTR_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_NO_REPLACE_OBJECTS", "1")
+            .env("GIT_LITERAL_PATHSPECS", "1")
+            .env("LC_ALL", "C")
+            // Only a system or global config or the command line may set it; the work tree
+            // may belong to another user and we only read it.
+            .args(["-c", "safe.directory=*"])
+            .current_dir(&self.root)
+            .stdin(Stdio::null());
+        cmd
+    }
+}
+
+/// Runs a command to the end and returns its output. The child is recorded as owned
+/// ([`crate::shell::procs::spawn_owned`]), so the backend's reaper of adopted orphans never
+/// takes its exit status.
+pub fn output_owned(mut cmd: Command) -> std::io::Result<std::process::Output> {
+    let child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| Some(c.id() as i32))?;
+    let pid = child.id() as i32;
+    let out = child.wait_with_output();
+    crate::shell::procs::disown_child(pid);
+    out
+}
+
+/// Creates the shadow store when missing: a bare repository with our config and attributes.
+/// `excludes_file` is the user's `core.excludesFile`, when set.
+pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
+    let shadow = &git.shadow;
+    if shadow.join("config").is_file() && shadow.join("objects").is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(shadow.join("info"))
+        .and_then(|()| std::fs::create_dir_all(shadow.join("objects")))
+        .and_then(|()| std::fs::create_dir_all(shadow.join("refs")))
+        .map_err(|e| format!("cannot create {}: {e}", shadow.display()))?;
+    let mut config = String::from(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfilemode = true\n\
+         \tsymlinks = true\n\tignorecase = false\n\tautocrlf = false\n\tsafecrlf = false\n\
+         \tfsmonitor = false\n\tuntrackedCache = false\n\thooksPath = /dev/null\n\
+         \tquotePath = false\n\tpreloadIndex = true\n\tsplitIndex = false\n\
+         \tsparseCheckout = false\n\tlogAllRefUpdates = false\n",
+    );
+    if let Some(f) = excludes_file {
+        // git's config quoting: backslashes and double quotes escaped inside quotes.
+        let quoted = f.to_string_lossy().replace('\\', "\\\\").replace('"', "\\\"");
+        config.push_str(&format!("\texcludesFile = \"{quoted}\"\n"));
+    }
+    config.push_str(
+        "[gc]\n\tauto = 0\n[index]\n\tversion = 4\n\tskipHash = true\n\
+         [advice]\n\taddEmbeddedRepo = false\n\taddIgnoredFile = false\n",
+    );
+    // No conversion of any kind: what is stored is what is on disk, and what undo writes back.
+    let attributes = "* -text -filter -ident !eol !working-tree-encoding\n";
+    std::fs::write(shadow.join("info/attributes"), attributes)
+        .and_then(|()| std::fs::write(shadow.join("HEAD"), "ref: refs/heads/receipts\n"))
+        .and_then(|()| std::fs::write(shadow.join("root"), git.root.as_os_str().as_encoded_bytes()))
+        // Written last: its presence says the store is complete.
+        .and_then(|()| std::fs::write(shadow.join("config"), config))
+        .map_err(|e| format!("cannot write {}: {e}", shadow.display()))
+}
+
+/// The user's ignore settings of a project, read once with the user's own git: their
+/// `core.excludesFile` and (in a git project) the path of its `info/exclude`.
+pub fn user_ignores(bin: &Path, root: &Path, is_git: bool) -> (Option<PathBuf>, Option<PathBuf>) {
+    let run = |args: &[&str]| -> Option<PathBuf> {
+        let mut cmd = Command::new(bin);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("GIT_") {
+                cmd.env_remove(&k);
+            }
+        }
+        cmd.args(args)
+            .current_dir(root)
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let out = output_owned(cmd).ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        let text = text.trim_end_matches('\n');
+        (out.status.success() && !text.is_empty()).then(|| PathBuf::from(text))
+    };
+    let excludes = run(&["config", "--path", "--get", "core.excludesFile"]);
+    let info = if is_git {
+        run(&["rev-parse", "--path-format=absolute", "--git-path", "info/exclude"])
+    } else {
+        None
+    };
+    (excludes, info)
+}
+
+/// Brings our `info/exclude` up to date: the project's own `info/exclude`, and the state
+/// directory when it lies inside the project (our store must never snapshot itself).
+/// Writes only when the content changed.
+pub fn sync_excludes(
+    shadow: &Path,
+    project_exclude: Option<&Path>,
+    extra: &[String],
+) -> Result<(), String> {
+    let mut want = Vec::new();
+    if let Some(p) = project_exclude {
+        if let Ok(bytes) = std::fs::read(p) {
+            want.extend_from_slice(&bytes);
+            want.push(b'\n');
+        }
+    }
+    for line in extra {
+        want.extend_from_slice(line.as_bytes());
+        want.push(b'\n');
+    }
+    let path = shadow.join("info/exclude");
+    if std::fs::read(&path).ok().as_deref() == Some(want.as_slice()) {
+        return Ok(());
+    }
+    std::fs::write(&path, want).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Reads the snapshot `git add -A` left in our index.
+pub fn read_index(shadow: &Path) -> Result<Tree, String> {
+    // `git add -A` of an empty tree writes no index: an empty snapshot.
+    let data = match std::fs::read(shadow.join("index")) {
+        Ok(data) => data,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Tree::default()),
+        Err(e) => return Err(format!("cannot read index: {e}")),
+    };
+    Ok(Tree { entries: parse_index(&data)? })
+}
+
+/// Removes a lock a killed git left behind (only called while we hold the store's lock).
+pub fn clear_stale_lock(shadow: &Path) {
+    let _ = std::fs::remove_file(shadow.join("index.lock"));
+}
+
+/// Takes the store's lock file (`flock`), shared with other agent-bash processes, polling
+/// until `deadline`. The lock goes with the returned file.
+pub fn lock(shadow: &Path, deadline: std::time::Instant) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(shadow.join("agent-bash.lock"))
+        .map_err(|e| format!("cannot open the lock of {}: {e}", shadow.display()))?;
+    loop {
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(file);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err("another process was taking a snapshot of this project".into());
+        }
+        #[allow(clippy::disallowed_methods)]
+        // under spawn_blocking; a lock held by another process
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// The content of blobs, by id (`git cat-file --batch`), in the order asked.
+pub fn blobs(git: &Git, oids: &[String]) -> Result<Vec<Vec<u8>>, String> {
+    if oids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut cmd = git.command();
+    cmd.args(["cat-file", "--batch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| Some(c.id() as i32))
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    let pid = child.id() as i32;
+    let mut input = String::new();
+    for oid in oids {
+        input.push_str(oid);
+        input.push('\n');
+    }
+    let mut stdin = child.stdin.take().ok_or("git cat-file: no stdin")?;
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    #[allow(clippy::disallowed_methods)] // under spawn_blocking
+    let out = child.wait_with_output();
+    crate::shell::procs::disown_child(pid);
+    let out = out.map_err(|e| format!("git cat-file: {e}"))?;
+    let _ = writer.join();
+    let data = out.stdout;
+    let mut blobs = Vec::with_capacity(oids.len());
+    let mut at = 0;
+    for oid in oids {
+        let nl = memchr::memchr(b'\n', &data[at..]).ok_or("git cat-file: output cut short")?;
+        let header = String::from_utf8_lossy(&data[at..at + nl]).into_owned();
+        at += nl + 1;
+        let mut words = header.split(' ');
+        let (_, kind, size) = (words.next(), words.next(), words.next());
+        if kind != Some("blob") {
+            return Err(format!("the saved content {oid} is missing from the store ({header})"));
+        }
+        let size: usize = size.and_then(|s| s.parse().ok()).ok_or("git cat-file: bad size")?;
+        let body = data.get(at..at + size).ok_or("git cat-file: output cut short")?;
+        blobs.push(body.to_vec());
+        at += size + 1;
+    }
+    Ok(blobs)
+}
+
+/// Puts one path back to `entry` (its content and mode), or removes it when `entry` is `None`.
+/// Directories left empty by a removal are removed up to the root.
+pub fn restore(root: &Path, path: &Path, entry: Option<(&Entry, &[u8])>) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let full = root.join(path);
+    let fail = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
+    match entry {
+        None => {
+            match std::fs::remove_file(&full) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(fail("cannot remove", e)),
+            }
+            let mut dir = full.parent();
+            while let Some(d) = dir {
+                if d == root || !d.starts_with(root) || std::fs::remove_dir(d).is_err() {
+                    break;
+                }
+                dir = d.parent();
+            }
+            Ok(())
+        }
+        Some((entry, content)) => {
+            if let Some(parent) = full.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| fail("cannot create the folder of", e))?;
+            }
+            let existing = full.symlink_metadata().ok();
+            if entry.mode == 0o120000 {
+                if existing.is_some() {
+                    std::fs::remove_file(&full).map_err(|e| fail("cannot replace", e))?;
+                }
+                let target = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(content);
+                return std::os::unix::fs::symlink(target, &full)
+                    .map_err(|e| fail("cannot create the symlink", e));
+            }
+            if existing.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
+                std::fs::remove_file(&full).map_err(|e| fail("cannot replace", e))?;
+            }
+            std::fs::write(&full, content).map_err(|e| fail("cannot write", e))?;
+            let meta = full.metadata().map_err(|e| fail("cannot read", e))?;
+            let mut mode = meta.permissions().mode() & 0o7777;
+            if entry.mode == 0o100755 {
+                // Executable where readable, as git checks a file out.
+                mode |= (mode & 0o444) >> 2;
+            } else {
+                mode &= !0o111;
+            }
+            std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| fail("cannot set the mode of", e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(mode: u32, b: u8) -> Entry {
+        Entry { mode, oid: [b; 20], size: 1 }
+    }
+
+    fn tree(items: &[(&str, Entry)]) -> Tree {
+        Tree { entries: items.iter().map(|(p, e)| (p.as_bytes().to_vec(), *e)).collect() }
+    }
+
+    #[test]
+    fn diff_finds_added_deleted_modified_and_mode() {
+        let a = tree(&[
+            ("a", e(0o100644, 1)),
+            ("b", e(0o100644, 2)),
+            ("c", e(0o100644, 3)),
+            ("d", e(0o100644, 4)),
+        ]);
+        let b = tree(&[
+            ("a", e(0o100644, 1)),
+            ("b", e(0o100644, 9)),
+            ("c", e(0o100755, 3)),
+            ("e", e(0o100644, 5)),
+        ]);
+        let d = diff(&a, &b);
+        let paths: Vec<_> =
+            d.iter().map(|d| String::from_utf8_lossy(&d.path).into_owned()).collect();
+        assert_eq!(paths, ["b", "c", "d", "e"]);
+        assert_eq!(d[2].after, None);
+        assert_eq!(d[3].before, None);
+        assert!(diff(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn varints_as_git_writes_them() {
+        assert_eq!(varint(&[0x05]), Some((5, 1)));
+        assert_eq!(varint(&[0x80, 0x00]), Some((128, 2)));
+        assert_eq!(varint(&[0xff, 0x7f]), Some((16383 + 128, 2)));
+        assert_eq!(varint(&[0x80]), None);
+    }
+
+    #[test]
+    fn bad_indexes_are_errors() {
+        assert!(parse_index(b"").is_err());
+        assert!(parse_index(b"DIRC\0\0\0\x09\0\0\0\0").is_err());
+        assert_eq!(parse_index(b"DIRC\0\0\0\x02\0\0\0\0").unwrap(), vec![]);
+        assert!(parse_index(b"DIRC\0\0\0\x02\0\0\0\x01short").is_err());
+    }
+
+    #[test]
+    fn roots_and_shadow_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(repo.join("src/deep")).unwrap();
+        assert_eq!(project_root(&repo.join("src/deep")), Some((repo.clone(), true)));
+        assert_eq!(project_root(&repo.join(".git")), None);
+        let base = Path::new("/state/changes");
+        let a = shadow_dir(base, Path::new("/home/me/my project"));
+        assert!(a.to_string_lossy().starts_with("/state/changes/my_project-"), "{a:?}");
+        assert_ne!(a, shadow_dir(base, Path::new("/home/you/my project")));
+        assert_eq!(a, shadow_dir(base, Path::new("/home/me/my project")));
+    }
+}

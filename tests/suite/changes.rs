@@ -1,0 +1,405 @@
+//! SPEC §13 change receipts and undo, with real git, through the real binary (`exec --json`,
+//! `rpc`). The MCP wire is in `mcp.rs` (`mcp_sdk_changes_and_bash_undo`), Neovim's commands in
+//! `nvim.rs` (`nvim_undo_and_diff_commands`).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use super::support::{Rpc, BIN};
+
+/// A generous snapshot budget: a loaded CI machine must not turn receipts off mid-test.
+const CONFIG: &str = "[changes]\nmax_snapshot_ms = 60000\n";
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Every file under `dir` (recursively, symlinks as links) with its bytes and mode: two equal
+/// maps mean byte-identical trees.
+fn files(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, (Vec<u8>, u32)>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            if meta.is_dir() {
+                out.insert(rel.clone(), (b"<dir>".to_vec(), meta.permissions().mode()));
+                walk(root, &p, out);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&p).unwrap();
+                out.insert(rel, (target.to_string_lossy().as_bytes().to_vec(), 0o120000));
+            } else {
+                out.insert(rel, (std::fs::read(&p).unwrap(), meta.permissions().mode()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The project's files without its `.git`.
+fn work_files(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
+    files(dir).into_iter().filter(|(p, _)| !p.starts_with(".git")).collect()
+}
+
+/// A committed repository: a.txt, b.txt, run.sh, old.txt, keep/x, and ignore rules of every
+/// kind git knows: `.gitignore`, `.git/info/exclude`, the user's `core.excludesFile`.
+fn repo(home: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    git(p, &["init", "-q"]);
+    for (f, t) in [
+        ("a.txt", "a\n"),
+        ("b.txt", "b\n"),
+        ("run.sh", "echo run\n"),
+        ("old.txt", "old\n"),
+        ("keep/x", "x\n"),
+    ] {
+        write(&p.join(f), t);
+    }
+    chmod(&p.join("run.sh"), 0o644);
+    write(&p.join(".gitignore"), "*.log\nbuild/\n");
+    write(&p.join(".git/info/exclude"), "secret.txt\n");
+    write(
+        &home.join(".gitconfig"),
+        &format!("[core]\n\texcludesFile = {}\n", home.join("global-ignore").display()),
+    );
+    write(&home.join("global-ignore"), "*.tmp\n");
+    git(p, &["add", "-A"]);
+    git(p, &["commit", "-qm", "init"]);
+    dir
+}
+
+/// `agent-bash exec --json` in `cwd` with a private state dir and HOME.
+fn exec_json(state: &Path, home: &Path, cwd: &Path, config: &str, command: &str) -> Value {
+    let cfg = state.join("c.toml");
+    std::fs::write(&cfg, format!("state_dir = {:?}\n{config}", state.to_str().unwrap())).unwrap();
+    let out = Command::new(BIN)
+        .arg("--log-file")
+        .arg(state.join("log"))
+        .args(["exec", "--json", "--config"])
+        .arg(&cfg)
+        .arg("--cwd")
+        .arg(cwd)
+        .args(["--", command])
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn changes(r: &Value) -> Vec<(String, String)> {
+    r["changes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    (
+                        c["path"].as_str().unwrap().to_string(),
+                        c["kind"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items.iter().map(|(p, k)| (p.to_string(), k.to_string())).collect()
+}
+
+#[test]
+fn changes_in_a_git_repo_are_exact_and_its_git_dir_is_untouched() {
+    let (state, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let repo = repo(home.path());
+    let p = repo.path();
+    let git_before = files(&p.join(".git"));
+    // Run from a subdirectory: paths stay relative to the work tree's root.
+    let command = "echo new > ../c.txt; echo more >> ../a.txt; rm ../b.txt; chmod +x ../run.sh; \
+                   mv ../old.txt ../new.txt; echo z > x2; echo log > ../app.log; mkdir -p ../build; \
+                   echo o > ../build/out; echo s > ../secret.txt; echo t > ../t.tmp";
+    let r = exec_json(state.path(), home.path(), &p.join("keep"), CONFIG, command);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(
+        changes(&r),
+        pairs(&[
+            ("a.txt", "modified"),
+            ("b.txt", "deleted"),
+            ("c.txt", "added"),
+            ("keep/x2", "added"),
+            ("new.txt", "added"),
+            ("old.txt", "deleted"),
+            ("run.sh", "mode"),
+        ]),
+        "{r}"
+    );
+    assert_eq!(r["changes_count"], 7);
+    assert!(r["changes_id"].as_u64().is_some(), "{r}");
+    assert_eq!(
+        r["output"],
+        "(no output)\n\n[Changed files: M a.txt, D b.txt, A c.txt, A keep/x2, A new.txt, D old.txt, X run.sh]"
+    );
+    assert_eq!(files(&p.join(".git")), git_before, "the project's .git changed");
+
+    // Nothing changed: a receipt with no changes and no note; ignored files never show up.
+    let r = exec_json(
+        state.path(),
+        home.path(),
+        p,
+        CONFIG,
+        "echo hi; echo more >> app.log; touch build/more",
+    );
+    assert_eq!(r["output"], "hi\n");
+    assert_eq!(r["changes_count"], 0, "{r}");
+    assert!(r.get("changes").is_none() && r.get("changes_id").is_none(), "{r}");
+    assert_eq!(files(&p.join(".git")), git_before, "the project's .git changed");
+}
+
+#[test]
+fn changes_in_a_plain_directory_and_a_symlink() {
+    let (state, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    write(&p.join("keep.txt"), "k\n");
+    write(&p.join("edit.txt"), "e\n");
+    write(&p.join(".gitignore"), "out/\n");
+    let r = exec_json(
+        state.path(),
+        home.path(),
+        p,
+        CONFIG,
+        "echo 2 >> edit.txt; rm keep.txt; ln -s edit.txt link; mkdir -p out d; echo x > out/x; echo y > d/y",
+    );
+    assert_eq!(
+        changes(&r),
+        pairs(&[
+            ("d/y", "added"),
+            ("edit.txt", "modified"),
+            ("keep.txt", "deleted"),
+            ("link", "added")
+        ]),
+        "{r}"
+    );
+    // No .git appears in a plain directory: the store is ours, in the state dir.
+    assert!(!p.join(".git").exists());
+    assert!(state.path().join("changes").is_dir());
+}
+
+#[test]
+fn changes_limits_budget_and_off_switch() {
+    let (state, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..5 {
+        write(&dir.path().join(format!("f{i}")), "x\n");
+    }
+    let over = format!("{CONFIG}max_files = 3\n");
+    let r = exec_json(state.path(), home.path(), dir.path(), &over, "echo a > new; echo ran");
+    assert_eq!(r["output"], "ran\n", "the command runs and its text has no note: {r}");
+    let why = r["changes_unavailable"].as_str().unwrap_or_default();
+    assert!(why.contains("5 files, over changes.max_files (3)"), "{r}");
+    assert!(r.get("changes").is_none() && r.get("changes_count").is_none(), "{r}");
+
+    let bytes = format!("{CONFIG}max_bytes = 4\n");
+    let r = exec_json(state.path(), home.path(), dir.path(), &bytes, "true");
+    let why = r["changes_unavailable"].as_str().unwrap_or_default();
+    assert!(why.contains("over changes.max_bytes (4)"), "{r}");
+
+    // A 1 ms budget: no receipt for this run, with the reason, and the command unharmed.
+    let fresh = tempfile::tempdir().unwrap();
+    let r = exec_json(
+        fresh.path(),
+        home.path(),
+        dir.path(),
+        "[changes]\nmax_snapshot_ms = 1\n",
+        "echo ok",
+    );
+    assert_eq!(r["output"], "ok\n");
+    assert!(r["changes_unavailable"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
+
+    let r = exec_json(
+        state.path(),
+        home.path(),
+        dir.path(),
+        "[changes]\nenabled = false\n",
+        "echo b > other",
+    );
+    assert_eq!(r["output"], "(no output)");
+    for k in ["changes", "changes_count", "changes_id", "changes_unavailable"] {
+        assert!(r.get(k).is_none(), "{k} in {r}");
+    }
+    assert!(!state.path().join("changes").join("off").exists());
+}
+
+#[test]
+fn changes_settings_are_checked() {
+    let state = tempfile::tempdir().unwrap();
+    let cfg = state.path().join("c.toml");
+    std::fs::write(&cfg, "[changes]\nmax_snapshot_ms = 0\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--config"])
+        .arg(&cfg)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("changes.max_snapshot_ms"), "{err}");
+    std::fs::write(&cfg, "[changes]\nmax_file = 3\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--config"])
+        .arg(&cfg)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "unknown keys are errors");
+}
+
+async fn rpc_in(home: &Path) -> Rpc {
+    Rpc::start_env(
+        tempfile::tempdir().unwrap(),
+        Some(CONFIG),
+        &[],
+        &[("HOME", home.to_str().unwrap())],
+    )
+    .await
+}
+
+async fn undo(rpc: &mut Rpc, id: Option<u64>) -> Value {
+    let mut req = json!({"type": "undo"});
+    if let Some(id) = id {
+        req["changes_id"] = json!(id);
+    }
+    let rid = rpc.send(req).await;
+    rpc.response(&rid).await
+}
+
+#[tokio::test]
+async fn changes_undo_round_trip_refusal_and_undo_of_undo_over_rpc() {
+    let home = tempfile::tempdir().unwrap();
+    let repo = repo(home.path());
+    let p = repo.path();
+    let git_before = files(&p.join(".git"));
+    let mut rpc = rpc_in(home.path()).await;
+    let before = work_files(p);
+    let cwd = p.to_str().unwrap();
+    let r = rpc
+        .tool(json!({"cwd": cwd, "command": "printf 'A2\\n' > a.txt; rm b.txt; mkdir -p n/m; echo c > n/m/c.txt; chmod +x run.sh; mv old.txt new.txt"}))
+        .await;
+    assert_eq!(
+        changes(&json!({"changes": r["changes"]})),
+        pairs(&[
+            ("a.txt", "modified"),
+            ("b.txt", "deleted"),
+            ("n/m/c.txt", "added"),
+            ("new.txt", "added"),
+            ("old.txt", "deleted"),
+            ("run.sh", "mode"),
+        ]),
+        "camelCase wire: {r}"
+    );
+    assert_eq!(r["changesCount"], 6);
+    let id = r["changesId"].as_u64().unwrap();
+    let after = work_files(p);
+
+    let u = undo(&mut rpc, Some(id)).await;
+    assert_eq!(u["success"], true, "{u}");
+    assert_eq!(work_files(p), before, "undo put every file back, modes and folders included");
+    assert_eq!(u["data"]["undone"], id);
+    assert!(u["data"]["output"].as_str().unwrap().starts_with(&format!("Undid run {id} (")), "{u}");
+    assert_eq!(u["data"]["changesCount"], 6, "{u}");
+    let undo_id = u["data"]["changesId"].as_u64().unwrap();
+    assert_ne!(undo_id, id);
+    assert_eq!(
+        u["data"]["changes"][0],
+        json!({"path": "a.txt", "kind": "modified"}),
+        "the undo is a run with its own receipt: {u}"
+    );
+
+    // The undo of the undo brings the run's result back; with no id, the newest run is undone.
+    let u = undo(&mut rpc, None).await;
+    assert_eq!(u["success"], true, "{u}");
+    assert_eq!(u["data"]["undone"], undo_id);
+    assert_eq!(work_files(p), after);
+
+    // A file changed since: refused, nothing touched, the path named.
+    let r = rpc.tool(json!({"cwd": cwd, "command": "echo 3 >> a.txt; echo d > d.txt"})).await;
+    let id = r["changesId"].as_u64().unwrap();
+    write(&p.join("d.txt"), "edited by hand\n");
+    let now = work_files(p);
+    let u = undo(&mut rpc, Some(id)).await;
+    assert_eq!(u["success"], false, "{u}");
+    assert_eq!(u["error"], format!("Not undone: this file changed since run {id}: d.txt"));
+    assert_eq!(u["data"]["conflicts"], json!(["d.txt"]));
+    assert_eq!(work_files(p), now, "a refused undo touches nothing");
+
+    // Bad ids: clear errors, and the backend goes on.
+    let u = undo(&mut rpc, Some(999)).await;
+    assert_eq!(u["error"], "No run with changes has id 999 in this session");
+    let rid = rpc.send(json!({"type": "undo", "changes_id": "x"})).await;
+    let u = rpc.response(&rid).await;
+    assert_eq!(u["success"], false);
+    assert!(u["error"].as_str().unwrap().contains("changes_id"), "{u}");
+
+    // A bang command (`bash`) gets a receipt too; its output stays the reference's.
+    let d =
+        rpc.send(json!({"type": "bash", "command": "echo e > e.txt; echo done", "cwd": cwd})).await;
+    let r = rpc.response(&d).await;
+    assert_eq!(r["data"]["output"], "done\n");
+    assert_eq!(r["data"]["changes"], json!([{"path": "e.txt", "kind": "added"}]));
+    assert_eq!(files(&p.join(".git")), git_before, "the project's .git changed");
+    rpc.stop().await;
+}
+
+#[tokio::test]
+async fn changes_of_overlapping_runs_are_serialized_and_complete() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().to_str().unwrap().to_string();
+    let mut rpc = rpc_in(home.path()).await;
+    // Two runs in one project at once, in two sessions: each sees at least its own file, the
+    // store is not corrupted, and the next receipt is exact.
+    let a = rpc
+        .send(json!({"type": "tool_call", "cwd": cwd, "session_key": "a", "command": "for i in 1 2 3 4 5; do echo $i > a$i; done"}))
+        .await;
+    let b = rpc
+        .send(json!({"type": "tool_call", "cwd": cwd, "session_key": "b", "command": "for i in 1 2 3 4 5; do echo $i > b$i; done"}))
+        .await;
+    let ra = rpc.response(&a).await;
+    let rb = rpc.response(&b).await;
+    for (r, prefix) in [(&ra, "a"), (&rb, "b")] {
+        let paths: Vec<String> =
+            changes(&json!({"changes": r["data"]["changes"]})).into_iter().map(|c| c.0).collect();
+        for i in 1..=5 {
+            assert!(paths.contains(&format!("{prefix}{i}")), "{prefix}{i} missing: {r}");
+        }
+    }
+    let r = rpc.tool(json!({"cwd": cwd, "command": "rm a1 b5"})).await;
+    assert_eq!(
+        r["changes"],
+        json!([{"path": "a1", "kind": "deleted"}, {"path": "b5", "kind": "deleted"}])
+    );
+    rpc.stop().await;
+}
