@@ -151,10 +151,10 @@ impl Fence {
     }
 }
 
-/// The project a cwd belongs to: the nearest directory at or above it holding `.git` (a git
-/// work tree, worktrees and submodules included), else the cwd itself.
+/// The project a cwd belongs to, as change receipts see it (the nearest directory at or above
+/// it holding `.git`, else the cwd itself); a cwd inside a `.git` is its own project.
 pub fn project_root(cwd: &Path) -> PathBuf {
-    cwd.ancestors().find(|dir| dir.join(".git").exists()).unwrap_or(cwd).to_path_buf()
+    crate::changes::store::project_root(cwd).map_or_else(|| cwd.to_path_buf(), |(root, _)| root)
 }
 
 /// Runs `spawn` (which starts a process) on a fresh thread fenced by `fence` first, so the
