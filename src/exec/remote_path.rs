@@ -91,11 +91,12 @@ impl Runtime {
     /// The profile a request runs under: its own, else `default_profile`; `None` for this
     /// machine (no profile, or [`LOCAL_PROFILE`]). An unknown name is bad input.
     pub fn remote_profile(&self, req: &Request) -> Result<Option<(String, Vec<String>)>> {
-        let name = req
-            .profile
-            .as_deref()
-            .filter(|p| !p.is_empty())
-            .or(self.settings.default_profile.as_deref());
+        let key = req.session_key.as_deref().unwrap_or(match req.origin {
+            super::Origin::Bang => super::BANG_KEY,
+            super::Origin::Tool => super::DEFAULT_KEY,
+        });
+        let name =
+            req.profile.as_deref().filter(|p| !p.is_empty()).or(self.settings.profile_for(key));
         match name {
             None | Some(LOCAL_PROFILE) => Ok(None),
             Some(name) => match self.settings.profiles.get(name) {

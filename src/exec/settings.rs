@@ -47,6 +47,9 @@ pub struct Settings {
     /// The profile of calls that name none. Default: none (this machine); a call can still say
     /// `profile = "local"`.
     pub default_profile: Option<String>,
+    /// `[profile_by_key]`: the profile of one session key's calls that name none (overrides
+    /// `default_profile`; `"local"` keeps a key on this machine).
+    pub profile_by_key: BTreeMap<String, String>,
 }
 
 /// The error for a profile name the settings do not define.
@@ -146,15 +149,23 @@ impl Settings {
                 )));
             }
         }
-        if let Some(d) = &s.default_profile {
+        let named = s.default_profile.iter().map(|d| ("default_profile".to_string(), d));
+        let by_key = s.profile_by_key.iter().map(|(k, d)| (format!("profile_by_key.{k}"), d));
+        for (setting, d) in named.chain(by_key) {
             if d != "local" && !s.profiles.contains_key(d) {
                 return Err(Error::InvalidInput(format!(
-                    "default_profile: {}",
+                    "{setting}: {}",
                     unknown_profile(d, &s.profiles)
                 )));
             }
         }
         Ok(s)
+    }
+
+    /// The profile of a call of session key `key` that names none: `[profile_by_key]`, else
+    /// `default_profile` (SPEC §12).
+    pub fn profile_for(&self, key: &str) -> Option<&str> {
+        self.profile_by_key.get(key).or(self.default_profile.as_ref()).map(String::as_str)
     }
 
     /// The fence mode of tool calls of session key `key` (SPEC §13).
@@ -280,6 +291,15 @@ mod tests {
         assert!(err.contains("profiles.x: the command is empty"), "{err}");
         let err = Settings::parse("[profiles]\nlocal = [\"sh\"]").unwrap_err().to_string();
         assert!(err.contains("reserved"), "{err}");
+        let s = Settings::parse(
+            "default_profile = \"dev\"\n[profiles]\ndev = [\"ssh\", \"devbox\"]\nbox = [\"docker\", \"exec\", \"-i\", \"b\"]\n[profile_by_key]\nci = \"box\"\nhere = \"local\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.profile_for("ci"), Some("box"));
+        assert_eq!(s.profile_for("here"), Some("local"));
+        assert_eq!(s.profile_for("default"), Some("dev"));
+        let err = Settings::parse("[profile_by_key]\nci = \"nope\"").unwrap_err().to_string();
+        assert!(err.contains("profile_by_key.ci: Unknown profile \"nope\""), "{err}");
     }
 
     #[test]

@@ -652,3 +652,30 @@ async fn remote_differential_corpus_matches_local_bash() {
     assert!(compared >= 150, "compared {compared} cases");
     assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
 }
+
+/// Which profile a call gets (SPEC §12): its own `profile`, else its session key's
+/// `[profile_by_key]` entry, else `default_profile`; `"local"` is this machine.
+#[test]
+fn remote_profile_of_a_call_follows_its_key() {
+    let settings = Settings::parse(
+        "default_profile = \"dev\"\n[profiles]\ndev = [\"ssh\", \"-T\", \"devbox\"]\nbox = [\"docker\", \"exec\", \"-i\", \"b\"]\n[profile_by_key]\nci = \"box\"\nhere = \"local\"\n",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(settings, dir.path().join("s"), dir.path().to_path_buf()).unwrap();
+    let name = |key: Option<&str>, profile: Option<&str>| {
+        let r = Request {
+            command: "true".into(),
+            session_key: key.map(str::to_string),
+            profile: profile.map(str::to_string),
+            ..Default::default()
+        };
+        rt.remote_profile(&r).unwrap().map(|(name, _)| name)
+    };
+    assert_eq!(name(Some("ci"), None).as_deref(), Some("box"));
+    assert_eq!(name(Some("here"), None), None);
+    assert_eq!(name(None, None).as_deref(), Some("dev"));
+    assert_eq!(name(Some("other"), None).as_deref(), Some("dev"));
+    assert_eq!(name(Some("ci"), Some("local")), None);
+    assert_eq!(name(Some("here"), Some("dev")).as_deref(), Some("dev"));
+}
