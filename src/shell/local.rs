@@ -357,6 +357,17 @@ pub fn nonce() -> String {
     format!("{}-{:x}-{n}", std::process::id(), t & 0xffff_ffff_ffff)
 }
 
+/// Whether `pid` is blocked reading its standard input (`/proc/<pid>/syscall`: `read` on fd 0).
+fn waits_on_stdin(pid: i32) -> bool {
+    #[allow(clippy::disallowed_methods)] // a small /proc file, read on an idle tick
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return false;
+    };
+    let mut fields = text.split_whitespace();
+    let nr = fields.next().and_then(|f| f.parse::<i64>().ok());
+    nr == Some(libc::SYS_read) && fields.next() == Some("0x0")
+}
+
 /// Quotes `s` as one shell word in single quotes.
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -600,10 +611,20 @@ impl Shell {
                     }
                 }
                 _ = tokio::time::sleep_until(bg_wake.into()), if fg.is_some() => {}
-                _ = tokio::time::sleep(IDLE_TICK), if fg.is_none() => out.idle(),
+                _ = tokio::time::sleep(IDLE_TICK), if fg.is_none() => {
+                    out.idle();
+                    // Every writer closed the output, yet no status came and the shell waits
+                    // for its next protocol line: the command turned execution off (`set -n`)
+                    // and the shell will never run another. It is thrown away, not waited on
+                    // until the timeout.
+                    if eof && waits_on_stdin(self.pid) {
+                        tracing::warn!("shell {} stopped executing commands (set -n?)", self.pid);
+                        break Ending::ShellExited(None);
+                    }
+                }
             }
         };
-        if matches!(ending, Ending::TimedOut | Ending::Cancelled) {
+        if matches!(ending, Ending::TimedOut | Ending::Cancelled | Ending::ShellExited(None)) {
             let t = Instant::now();
             self.kill().await;
             tracing::debug!("killed shell {} in {:?}", self.pid, t.elapsed());

@@ -80,3 +80,34 @@ async fn shell_timeout_kills_tree_including_setsid() {
     assert_eq!(out, "started\n");
     assert!(sh.group().members().is_empty());
 }
+
+/// `set -n` turns execution off for good in a non-interactive shell: the session must say the
+/// shell is lost (and be replaced) instead of waiting for the timeout, and output before it
+/// still arrives.
+#[tokio::test]
+async fn shell_that_stops_executing_is_lost_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sh = Shell::spawn(&config(dir.path())).await.unwrap();
+    let (ending, out) =
+        run(&mut sh, "echo before; set -n; echo after", Some(Duration::from_secs(60))).await;
+    assert_eq!((ending, out.as_str()), (Ending::ShellExited(None), "before\n"));
+}
+
+#[tokio::test]
+async fn shell_set_n_through_the_runtime_restarts_the_session() {
+    use agent_bash::exec::{Origin, Request, Runtime, Settings};
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings { shell: Some("/bin/bash".into()), ..Default::default() };
+    let rt = Runtime::new(settings, dir.path().join("s"), dir.path().to_path_buf()).unwrap();
+    let req = |c: &str| Request {
+        origin: Origin::Tool,
+        command: c.into(),
+        timeout: Some(60.0),
+        ..Default::default()
+    };
+    let cancel = CancellationToken::new;
+    let r = rt.run(req("set -n"), cancel(), None).await.unwrap();
+    assert!(!r.timed_out && r.is_error, "{}", r.output);
+    let r = rt.run(req("echo ok"), cancel(), None).await.unwrap();
+    assert_eq!((r.output.as_str(), r.shell_restarted), ("ok\n", true));
+}
