@@ -490,10 +490,7 @@ impl Runtime {
 
     /// False when the settings fence some tool calls but the kernel cannot.
     pub fn fence_usable(&self) -> bool {
-        let s = &self.settings;
-        let fenced = s.sandbox.is_some_and(|m| m != crate::fence::SandboxMode::Off)
-            || s.sandbox_by_key.values().any(|m| *m != crate::fence::SandboxMode::Off);
-        !fenced || crate::fence::kernel_abi().is_ok()
+        !self.settings.fences_any() || crate::fence::kernel_abi().is_ok()
     }
 
     /// The fence of a call's shell (SPEC §13): tool calls only, by the session key's setting,

@@ -59,12 +59,7 @@ end
 --- `:AgentBashUndo [id]`: lists the files and asks before putting them back.
 ---@param arg string
 function M.undo_command(arg)
-  local id, err = H.parse_id(arg)
-  if err then
-    return vim.notify('agent-bash: ' .. err, vim.log.levels.ERROR)
-  end
-  local rec
-  rec, err = M.get(id)
+  local rec, err = H.record(arg)
   if not rec then
     return vim.notify('agent-bash: ' .. err, vim.log.levels.ERROR)
   end
@@ -100,12 +95,7 @@ M.CONFIRM_LINES = 30
 --- `:AgentBashDiff [id]`: the run's changed files in a list; the chosen one opens a diff.
 ---@param arg string
 function M.diff_command(arg)
-  local id, err = H.parse_id(arg)
-  if err then
-    return vim.notify('agent-bash: ' .. err, vim.log.levels.ERROR)
-  end
-  local rec
-  rec, err = M.get(id)
+  local rec, err = H.record(arg)
   if not rec then
     return vim.notify('agent-bash: ' .. err, vim.log.levels.ERROR)
   end
@@ -179,6 +169,16 @@ function H.scratch(name, lines, note)
     vim.b[buf].agent_bash_note = note
   end
   return buf
+end
+
+--- The run a command's argument names (the newest with changes when empty), or an error.
+---@param arg string
+function H.record(arg)
+  local id, err = H.parse_id(arg)
+  if err then
+    return nil, err
+  end
+  return M.get(id)
 end
 
 function H.parse_id(arg)

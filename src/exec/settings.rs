@@ -123,9 +123,7 @@ impl Settings {
                     .into(),
             ));
         }
-        let fenced = s.sandbox.is_some_and(|m| m != SandboxMode::Off)
-            || s.sandbox_by_key.values().any(|m| *m != SandboxMode::Off);
-        if s.network == Some(false) && !fenced {
+        if s.network == Some(false) && !s.fences_any() {
             return Err(Error::InvalidInput(
                 "network = false needs a sandbox (`sandbox` or `[sandbox_by_key]`): only fenced shells can be denied the network".into(),
             ));
@@ -166,6 +164,12 @@ impl Settings {
     /// `default_profile` (SPEC §12).
     pub fn profile_for(&self, key: &str) -> Option<&str> {
         self.profile_by_key.get(key).or(self.default_profile.as_ref()).map(String::as_str)
+    }
+
+    /// Whether any session key's tool calls are fenced.
+    pub fn fences_any(&self) -> bool {
+        self.sandbox.is_some_and(|m| m != SandboxMode::Off)
+            || self.sandbox_by_key.values().any(|m| *m != SandboxMode::Off)
     }
 
     /// The fence mode of tool calls of session key `key` (SPEC §13).
