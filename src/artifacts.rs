@@ -18,7 +18,6 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use crate::rescue::Rescue;
 use crate::Error;
 
 /// Default size cap of one artifact file (SPEC §4.2 Ours: 32 MiB, configurable).
@@ -507,8 +506,8 @@ const HAND_OFF: usize = 256 << 10;
 /// the one being written and the one being filled this bounds the buffers to four.
 const QUEUE: usize = 2;
 
-/// Bytes for the writer thread, with their newline count when known.
-type HandOff = (Vec<u8>, Option<u64>);
+/// Bytes for the writer thread.
+type HandOff = Vec<u8>;
 
 /// A [`CappedWriter`] on its own thread (SPEC §4.2: the artifact gets every chunk).
 ///
@@ -526,47 +525,32 @@ type HandOff = (Vec<u8>, Option<u64>);
 pub struct ArtifactWriter {
     /// Bytes not yet handed to the thread.
     pending: Vec<u8>,
-    /// Newlines in `pending`, when every write said how many it had (the rescue then need not
-    /// count them again).
-    pending_newlines: Option<u64>,
     /// `None` once the thread has stopped.
     sender: Option<SyncSender<HandOff>>,
     /// Buffers the thread is done with, for reuse.
     spare: Receiver<Vec<u8>>,
-    /// The thread's result: the file's, and the rescue it ran over the stream.
-    thread: Option<JoinHandle<io::Result<Option<Rescue>>>>,
+    /// The thread's result: the file's.
+    thread: Option<JoinHandle<io::Result<()>>>,
 }
 
 impl ArtifactWriter {
     /// Starts the thread writing `file` through a [`CappedWriter`] with this cap.
     pub fn spawn(file: File, cap: u64) -> io::Result<Self> {
-        Self::spawn_with(file, cap, None)
-    }
-
-    /// Like [`spawn`](Self::spawn), also running `rescue` over every byte written (SPEC §7
-    /// rescued lines: on this thread, their cost stays off the output path).
-    pub fn spawn_with(file: File, cap: u64, rescue: Option<Rescue>) -> io::Result<Self> {
         let (sender, receiver) = mpsc::sync_channel::<HandOff>(QUEUE);
         let (give_back, spare) = mpsc::channel();
         let thread =
             std::thread::Builder::new().name("artifact-writer".to_owned()).spawn(move || {
                 let mut writer = CappedWriter::new(file, cap);
-                let mut rescue = rescue;
-                for (mut buf, newlines) in receiver {
+                for mut buf in receiver {
                     writer.write(&buf)?;
-                    if let Some(rescue) = &mut rescue {
-                        rescue.push_counted(&buf, newlines);
-                    }
                     buf.clear();
                     // The other end may be gone already; the buffer is then simply freed.
                     let _ = give_back.send(buf);
                 }
-                writer.finish()?;
-                Ok(rescue)
+                writer.finish()
             })?;
         Ok(Self {
             pending: Vec::with_capacity(HAND_OFF),
-            pending_newlines: Some(0),
             sender: Some(sender),
             spare,
             thread: Some(thread),
@@ -576,12 +560,6 @@ impl ArtifactWriter {
     /// Appends `data` to the artifact. An error means the thread stopped (it carries the
     /// thread's error); the file then holds the stream up to some earlier point.
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
-        self.write_counted(data, None)
-    }
-
-    /// [`write`](Self::write) of bytes holding `newlines` newlines (when known).
-    pub fn write_counted(&mut self, data: &[u8], newlines: Option<u64>) -> io::Result<()> {
-        self.pending_newlines = self.pending_newlines.zip(newlines).map(|(a, b)| a + b);
         self.pending.extend_from_slice(data);
         if self.pending.len() >= HAND_OFF {
             self.hand_off()?;
@@ -592,25 +570,19 @@ impl ArtifactWriter {
     /// Like [`write`](Self::write), for a caller that is done with `text`: a large one is handed
     /// to the thread as it is rather than copied. `text` is left empty, possibly holding another
     /// buffer to reuse.
-    pub fn write_owned(&mut self, text: &mut String, newlines: Option<u64>) -> io::Result<()> {
+    pub fn write_owned(&mut self, text: &mut String) -> io::Result<()> {
         if !self.pending.is_empty() || text.len() < HAND_OFF / 4 {
-            self.write_counted(text.as_bytes(), newlines)?;
+            self.write(text.as_bytes())?;
             text.clear();
             return Ok(());
         }
         // An empty buffer is valid UTF-8, so this never falls back to a new one.
         let spare = String::from_utf8(self.spare_buffer()).unwrap_or_default();
-        self.send((std::mem::replace(text, spare).into_bytes(), newlines))
+        self.send(std::mem::replace(text, spare).into_bytes())
     }
 
     /// Writes everything and finishes the artifact (see [`CappedWriter::finish`]).
-    pub fn finish(self) -> io::Result<()> {
-        self.finish_rescue().map(drop)
-    }
-
-    /// [`finish`](Self::finish), returning the rescue given to [`spawn_with`](Self::spawn_with)
-    /// once it has seen the whole stream.
-    pub fn finish_rescue(mut self) -> io::Result<Option<Rescue>> {
+    pub fn finish(mut self) -> io::Result<()> {
         if !self.pending.is_empty() {
             self.hand_off()?;
         }
@@ -622,8 +594,7 @@ impl ArtifactWriter {
     fn hand_off(&mut self) -> io::Result<()> {
         let next = self.spare_buffer();
         let full = std::mem::replace(&mut self.pending, next);
-        let newlines = self.pending_newlines.replace(0);
-        self.send((full, newlines))
+        self.send(full)
     }
 
     /// An empty buffer: one the thread gave back, else a new one.
@@ -642,7 +613,7 @@ impl ArtifactWriter {
         }
     }
 
-    fn join(&mut self) -> io::Result<Option<Rescue>> {
+    fn join(&mut self) -> io::Result<()> {
         match self.thread.take().map(JoinHandle::join) {
             None => Err(io::Error::other("artifact writer already ended")),
             Some(Ok(result)) => result,
@@ -988,7 +959,7 @@ mod tests {
         for chunk in chunks {
             if owned {
                 let mut text = (*chunk).to_owned();
-                writer.write_owned(&mut text, None).unwrap();
+                writer.write_owned(&mut text).unwrap();
                 assert!(text.is_empty());
             } else {
                 writer.write(chunk.as_bytes()).unwrap();

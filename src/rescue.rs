@@ -5,9 +5,12 @@
 //! [`Rescue`] sits beside the sink's window and sees every chunk of sanitized text once. It is
 //! streaming and bounded:
 //!
-//! - a multi-pattern search ([`aho_corasick`], SIMD) over each chunk finds the few lines that
-//!   hold a trigger word (`rror`, `FAIL`, `panic`, `Traceback`, …); only those lines are
-//!   classified, so plain output costs one scan and no per-line work;
+//! - one pass over each chunk ([`scan`]) counts its newlines for the sink and, in the same
+//!   loads, looks for a *filter pair* of every trigger word (`rror`, `FAIL`, `' panicked at`,
+//!   `Traceback`, …; [`TRIGGERS`]): two adjacent bytes, tested 32 at a time with nibble lookups
+//!   (AVX2) where the processor has them. Only where a pair shows up is the whole word checked,
+//!   and only lines holding a word are classified, so plain output costs the sink's own newline
+//!   count and little more, and no per-line work;
 //! - a classifier ([`classify`]) decides with strict, tool-shaped rules (a line *starting* with
 //!   `error:` or `error[E…]`, `file:line:col: error`, `FAILED`, `npm ERR!`, `make: ***`, …);
 //!   every rule needs a trigger word, so the result does not depend on chunking, and a line
@@ -19,9 +22,9 @@
 //!   ring: memory is constant whatever the output size. Which of them the window cut off is
 //!   known at the end, from the first shown line.
 //!
-//! The sink runs it on the artifact writer's thread ([`crate::artifacts::ArtifactWriter`]): it
-//! sees the same stream as the artifact, from the first overflow on (before it, nothing has
-//! left the window), and its cost stays off the output path.
+//! The sink gives it every chunk and takes the newline count from it (the count it would make
+//! anyway), so the rescue adds no pass of its own over the output. Line numbers are counted only
+//! for the lines kept: a flagged block knows the newlines before it.
 //!
 //! At the end, [`Rescue::finish`] picks from the first and the most recent candidates (alternating,
 //! so both ends are shown) within [`MAX_LINES`] lines and [`MAX_BYTES`] bytes, drops lines the
@@ -35,7 +38,6 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::OnceLock;
 
-use aho_corasick::{AhoCorasick, Input, MatchKind};
 use serde::Serialize;
 
 /// At most this many rescued lines (SPEC §7).
@@ -53,37 +55,321 @@ const RECENT_MAX: usize = 256;
 /// A traceback longer than this many lines is not followed to its end.
 const TRACEBACK_MAX_LINES: u32 = 2000;
 
-/// Words that every rule needs. A line holding none of them is never a diagnostic, so only
-/// lines holding one are classified. `\nE  ` is pytest's failure line (`E   assert 1 == 2`),
-/// which has no other mark. Every rule that wants a lower-case `error` / `Error` wants it ending
-/// a word (`error:`, `error[E…]`, `ValueError:`, `  3:5  error  …`, `f.c:1: error` at the end),
-/// so `rror` is a trigger only before a colon, a bracket, a blank or the end of the line: test
-/// logs full of `error_handling` / `errors.rs` cost no classification. `ERR` covers `ERROR`.
-/// A line longer than [`SCAN_MAX`] is looked at without the word its cut ends in
-/// ([`scan_text`]), so no rule mistakes the cut for the end of a word.
-const TRIGGERS: &[&str] = &[
-    "rror:",
-    "rror ",
-    "rror[",
-    "rror\t",
-    "rror\n",
-    "FAIL",
-    "Failed",
-    "panic",
-    "Traceback",
-    "ERR",
-    "fatal",
-    "Exception",
-    "\nE  ",
-    ".go:",
-    "\u{25cf} ",
-    "***",
-    "unbound variable",
-    "command not found",
-    "No such file or directory",
-    "Permission denied",
-    "Assertion",
+/// Words that every rule needs, each with the offset of its *filter pair* (two adjacent bytes
+/// of it, chosen rare in ordinary output; see [`PAIR_BUCKETS`]). A line holding none of the words
+/// is never a diagnostic, so only lines holding one are classified. `\nE  ` is pytest's failure
+/// line (`E   assert 1 == 2`), which has no other mark. Every rule that wants a lower-case
+/// `error` / `Error` wants it ending a word (`error:`, `error[E…]`, `ValueError:`,
+/// `  3:5  error  …`, `f.c:1: error` at the end), so `rror` is a trigger only before a colon, a
+/// bracket, a blank or the end of the line: test logs full of `error_handling` / `errors.rs`
+/// cost no classification. `ERR` covers `ERROR`; `fatal error` is an `rror`, so `fatal` needs
+/// only its colon form; a Rust panic is `' panicked at`, a Go one `panic: `. A line longer than
+/// [`SCAN_MAX`] is looked at without the word its cut ends in ([`scan_text`]), so no rule
+/// mistakes the cut for the end of a word.
+const TRIGGERS: &[(&str, usize)] = &[
+    ("rror:", 0),
+    ("rror ", 0),
+    ("rror[", 0),
+    ("rror\t", 0),
+    ("rror\n", 0),
+    ("FAIL", 0),
+    ("Failed", 0),
+    ("' panicked at", 0),
+    ("panic: ", 4),
+    ("Traceback", 0),
+    ("ERR", 1),
+    ("fatal:", 4),
+    ("Exception", 1),
+    ("\nE  ", 0),
+    (".go:", 0),
+    ("\u{25cf} ", 1),
+    ("***", 0),
+    ("unbound variable", 1),
+    ("command not found", 2),
+    ("No such file or directory", 0),
+    ("Permission denied", 0),
+    ("Assertion", 0),
 ];
+
+// [`trigger_index`] has one bit per trigger word.
+const _: () = assert!(TRIGGERS.len() <= 32);
+
+/// The filter pairs of [`TRIGGERS`] in eight buckets, one bit each of [`scan`]'s per-byte mask.
+/// The SIMD search matches a byte by its two nibbles, so a bucket also matches the pairs mixing
+/// its members' nibbles (`FA`, `Fa` and `.g` also match `.a`, `Na`): the grouping keeps those
+/// mixes rare (measured on this repository's sources and docs, Debian's changelogs and logs).
+const PAIR_BUCKETS: [&[&[u8; 2]]; 8] = [
+    &[b"rr", b"RR"],
+    &[b"FA", b"Fa", b".g"],
+    &[b"c:", b"l:", b"**"],
+    &[b"' ", b"Tr"],
+    &[b"xc", b"mm"],
+    &[b"\nE", b"Pe"],
+    &[b"\x97\x8f", b"As", b"No"],
+    &[b"nb"],
+];
+
+/// Bytes [`scan`] looks at together: one bit per byte in [`Flagged`]'s masks.
+const BLOCK: usize = 64;
+
+/// A block of [`BLOCK`] bytes of a chunk in which [`scan`] found a filter pair.
+#[derive(Debug, Clone, Copy)]
+struct Flagged {
+    /// Offset of the block in the chunk.
+    at: usize,
+    /// Newlines in the chunk before the block.
+    newlines_before: u64,
+    /// Bit `i`: byte `at + i` is a newline.
+    newlines: u64,
+    /// Bit `i`: bytes `at + i` and `at + i + 1` may be a filter pair.
+    pairs: u64,
+}
+
+/// How [`scan`] reads bytes: 32 at a time (AVX2) where the processor can, else one by one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Kernel {
+    fn best() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("popcnt")
+        {
+            return Kernel::Avx2;
+        }
+        Kernel::Scalar
+    }
+}
+
+/// The filter pairs as lookup tables: by byte for the scalar kernel, by nibble for the SIMD one.
+#[derive(Debug)]
+struct PairTables {
+    /// Buckets whose pairs start with the byte / end with the byte.
+    first: [u8; 256],
+    second: [u8; 256],
+    /// Buckets with a pair whose first (second) byte has this low / high nibble.
+    first_lo: [u8; 16],
+    first_hi: [u8; 16],
+    second_lo: [u8; 16],
+    second_hi: [u8; 16],
+}
+
+fn pair_tables() -> &'static PairTables {
+    static TABLES: OnceLock<PairTables> = OnceLock::new();
+    TABLES.get_or_init(|| {
+        let mut t = PairTables {
+            first: [0; 256],
+            second: [0; 256],
+            first_lo: [0; 16],
+            first_hi: [0; 16],
+            second_lo: [0; 16],
+            second_hi: [0; 16],
+        };
+        for (k, pairs) in PAIR_BUCKETS.iter().enumerate() {
+            let bit = 1u8 << k;
+            for &&[a, b] in pairs.iter() {
+                t.first[usize::from(a)] |= bit;
+                t.second[usize::from(b)] |= bit;
+                t.first_lo[usize::from(a & 15)] |= bit;
+                t.first_hi[usize::from(a >> 4)] |= bit;
+                t.second_lo[usize::from(b & 15)] |= bit;
+                t.second_hi[usize::from(b >> 4)] |= bit;
+            }
+        }
+        t
+    })
+}
+
+/// One pass over a chunk: counts its newlines and notes the [`BLOCK`]s where a filter pair may
+/// start (in `flagged`, cleared first). The sink needs the count anyway; the pair test rides
+/// along in the same loads, so plain output costs the rescue almost nothing more. A pair that
+/// straddles two chunks is not seen: such a line is the carried one, classified whole.
+fn scan(bytes: &[u8], kernel: Kernel, flagged: &mut Vec<Flagged>) -> u64 {
+    flagged.clear();
+    let tables = pair_tables();
+    let (mut at, mut newlines) = match kernel {
+        Kernel::Scalar => (0, 0),
+        // SAFETY: `Kernel::Avx2` is only chosen when the processor has AVX2 and POPCNT.
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => unsafe { scan_avx2(bytes, tables, flagged) },
+    };
+    while at < bytes.len() {
+        let end = (at + BLOCK).min(bytes.len());
+        let (mut nl, mut pairs) = (0u64, 0u64);
+        for i in at..end {
+            let b = bytes[i];
+            nl |= u64::from(b == b'\n') << (i - at);
+            if let Some(&next) = bytes.get(i + 1) {
+                let m = tables.first[usize::from(b)] & tables.second[usize::from(next)];
+                pairs |= u64::from(m != 0) << (i - at);
+            }
+        }
+        if pairs != 0 {
+            flagged.push(Flagged { at, newlines_before: newlines, newlines: nl, pairs });
+        }
+        newlines += u64::from(nl.count_ones());
+        at = end;
+    }
+    newlines
+}
+
+/// [`scan`]'s loop over whole blocks with AVX2, each byte's pair test made of four nibble
+/// lookups (`vpshufb`), as in the Teddy algorithm. Returns where it stopped (the rest, under two
+/// blocks, is left to the scalar loop) and the newlines before that.
+///
+/// # Safety
+/// The processor must have AVX2 and POPCNT.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,popcnt")]
+unsafe fn scan_avx2(bytes: &[u8], t: &PairTables, flagged: &mut Vec<Flagged>) -> (usize, u64) {
+    use std::arch::x86_64::*;
+    let table = |a: &[u8; 16]| {
+        // SAFETY: `a` is 16 readable bytes.
+        _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(a.as_ptr().cast()) })
+    };
+    let (first_lo, first_hi) = (table(&t.first_lo), table(&t.first_hi));
+    let (second_lo, second_hi) = (table(&t.second_lo), table(&t.second_hi));
+    let nibble = _mm256_set1_epi8(0x0f);
+    let newline = _mm256_set1_epi8(b'\n' as i8);
+    let zero = _mm256_setzero_si256();
+    let classes = |v: __m256i, lo: __m256i, hi: __m256i| {
+        let l = _mm256_shuffle_epi8(lo, _mm256_and_si256(v, nibble));
+        let h = _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble));
+        _mm256_and_si256(l, h)
+    };
+    let (mut at, mut newlines) = (0usize, 0u64);
+    let ptr = bytes.as_ptr();
+    while at + BLOCK < bytes.len() {
+        // SAFETY: every load ends at `at + BLOCK + 1 <= bytes.len()` at the latest.
+        let (v0, n0, v1, n1) = unsafe {
+            (
+                _mm256_loadu_si256(ptr.add(at).cast()),
+                _mm256_loadu_si256(ptr.add(at + 1).cast()),
+                _mm256_loadu_si256(ptr.add(at + 32).cast()),
+                _mm256_loadu_si256(ptr.add(at + 33).cast()),
+            )
+        };
+        let both0 =
+            _mm256_and_si256(classes(v0, first_lo, first_hi), classes(n0, second_lo, second_hi));
+        let both1 =
+            _mm256_and_si256(classes(v1, first_lo, first_hi), classes(n1, second_lo, second_hi));
+        let nl = u64::from(_mm256_movemask_epi8(_mm256_cmpeq_epi8(v0, newline)) as u32)
+            | u64::from(_mm256_movemask_epi8(_mm256_cmpeq_epi8(v1, newline)) as u32) << 32;
+        let any = _mm256_or_si256(both0, both1);
+        if _mm256_testz_si256(any, any) == 0 {
+            let none0 = _mm256_movemask_epi8(_mm256_cmpeq_epi8(both0, zero)) as u32;
+            let none1 = _mm256_movemask_epi8(_mm256_cmpeq_epi8(both1, zero)) as u32;
+            let pairs = u64::from(!none0) | u64::from(!none1) << 32;
+            flagged.push(Flagged { at, newlines_before: newlines, newlines: nl, pairs });
+        }
+        newlines += u64::from(nl.count_ones());
+        at += BLOCK;
+    }
+    (at, newlines)
+}
+
+/// The trigger words of a chunk in order, found from [`scan`]'s flagged blocks: each possible
+/// pair is checked against the words it belongs to.
+struct Triggers<'a> {
+    flagged: &'a [Flagged],
+    /// The flagged block being read, and its pairs not yet looked at.
+    index: usize,
+    pairs: u64,
+}
+
+impl Triggers<'_> {
+    /// The last byte of the first trigger word lying within `bytes[from..end]`, its line being
+    /// numbered on the way (the flagged block knows the newlines before it).
+    fn next(
+        &mut self,
+        bytes: &[u8],
+        from: usize,
+        end: usize,
+        numbering: &mut Numbering<'_>,
+    ) -> Option<usize> {
+        loop {
+            while self.pairs == 0 {
+                self.index += 1;
+                let f = self.flagged.get(self.index - 1)?;
+                self.pairs = f.pairs;
+            }
+            let f = self.flagged[self.index - 1];
+            let bit = self.pairs.trailing_zeros() as usize;
+            self.pairs &= self.pairs - 1;
+            let p = f.at + bit;
+            if p < from || p + 1 >= end {
+                continue;
+            }
+            let (a, b) = (bytes[p], bytes[p + 1]);
+            let mut words = trigger_index()[usize::from(a)];
+            let mut found = None;
+            while words != 0 && found.is_none() {
+                let (word, off) = TRIGGERS[words.trailing_zeros() as usize];
+                words &= words - 1;
+                let word = word.as_bytes();
+                let Some(start) = p.checked_sub(off) else { continue };
+                if word[off + 1] == b
+                    && start >= from
+                    && start + word.len() <= end
+                    && same(&bytes[start..start + word.len()], word)
+                {
+                    found = Some(start + word.len() - 1);
+                }
+            }
+            if let Some(anchor) = found {
+                let below = f.newlines & ((1u64 << bit) - 1);
+                numbering.set(p, f.newlines_before + u64::from(below.count_ones()));
+                return Some(anchor);
+            }
+        }
+    }
+}
+
+/// For each byte, the [`TRIGGERS`] (bit `i` for the `i`-th) whose filter pair starts with it.
+fn trigger_index() -> &'static [u32; 256] {
+    static INDEX: OnceLock<[u32; 256]> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut index = [0u32; 256];
+        for (i, (word, off)) in TRIGGERS.iter().enumerate() {
+            index[usize::from(word.as_bytes()[*off])] |= 1 << i;
+        }
+        index
+    })
+}
+
+/// `a == b` for two short slices of the same length, without a call to `memcmp`.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// Newlines in a chunk before a byte, counted from the last byte asked about.
+struct Numbering<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    before: u64,
+}
+
+impl Numbering<'_> {
+    fn set(&mut self, at: usize, before: u64) {
+        self.at = at;
+        self.before = before;
+    }
+
+    fn before(&mut self, x: usize) -> u64 {
+        let count = |s: &[u8]| memchr::memchr_iter(b'\n', s).count() as u64;
+        if x >= self.at {
+            self.before += count(&self.bytes[self.at..x]);
+        } else {
+            self.before -= count(&self.bytes[x..self.at]);
+        }
+        self.at = x;
+        self.before
+    }
+}
 
 /// One line of the output kept for the model: its number in the artifact and its text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -136,6 +422,9 @@ pub struct Rescue {
     first: Vec<Rescued>,
     /// The most recent candidates after `first` was full.
     recent: VecDeque<Rescued>,
+    /// How [`scan`] reads, and its findings in the current chunk (the buffer is reused).
+    kernel: Kernel,
+    flagged: Vec<Flagged>,
 }
 
 impl Rescue {
@@ -153,24 +442,32 @@ impl Rescue {
             last_pytest_e: 0,
             first: Vec::new(),
             recent: VecDeque::new(),
+            kernel: Kernel::best(),
+            flagged: Vec::new(),
         }
     }
 
-    /// Takes the next chunk of the stream (sanitized text, possibly cut inside a character).
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.push_counted(bytes, None);
-    }
-
-    /// [`push`](Self::push) for a caller that already counted the chunk's newlines (the sink
-    /// does, for its counters): the rescue then counts only up to the lines it keeps, and plain
-    /// output costs it one multi-pattern scan and nothing else.
-    pub fn push_counted(&mut self, bytes: &[u8], newlines: Option<u64>) {
+    /// Takes the next chunk of the stream (sanitized text, possibly cut inside a character) and
+    /// returns how many newlines it holds: the sink's counters need that count, and the rescue
+    /// makes it in the same pass as its search for trigger words ([`scan`]).
+    pub fn push(&mut self, bytes: &[u8]) -> u64 {
         let chunk_start = self.offset;
         self.offset += bytes.len() as u64;
         if chunk_start > self.exact_until {
-            // Nothing from here on can get an exact line number; the count no longer matters.
-            return;
+            // Nothing from here on can get an exact line number; only the count matters.
+            return memchr::memchr_iter(b'\n', bytes).count() as u64;
         }
+        let mut flagged = std::mem::take(&mut self.flagged);
+        let newlines = scan(bytes, self.kernel, &mut flagged);
+        self.take_chunk(bytes, chunk_start, newlines, &flagged);
+        flagged.clear();
+        self.flagged = flagged;
+        newlines
+    }
+
+    /// The classification of one chunk holding `newlines` newlines, whose blocks holding a
+    /// filter pair are `flagged` (see [`scan`]).
+    fn take_chunk(&mut self, bytes: &[u8], chunk_start: u64, newlines: u64, flagged: &[Flagged]) {
         let Some(n0) = memchr::memchr(b'\n', bytes) else {
             self.extend_carry(bytes);
             return;
@@ -178,47 +475,42 @@ impl Rescue {
         // The line that was carried over (or starts this chunk) ends here.
         self.extend_carry(&bytes[..n0]);
         let mut carried = std::mem::take(&mut self.carry);
-        self.classify_line(self.line, scan_text(&carried, self.carry_cut), self.line_start);
+        self.classify_line(self.line, scan_text(&carried, self.carry_cut), self.line_start, None);
         self.carry_cut = false;
         // The buffer is reused for the next carried line.
         carried.clear();
         self.carry = carried;
 
         let last_nl = memchr::memrchr(b'\n', bytes).unwrap_or(n0);
-        let finder = finder();
-        // Line numbers are counted lazily: `counted_line` is the number of the line starting at
-        // `counted`, and moves forward only when a line needs its number.
-        let (mut counted, mut counted_line) = (n0 + 1, self.line + 1);
+        // Newlines before a byte of the chunk, counted from where the last question was asked
+        // (or where a flagged block says), so lines are numbered only when one is kept.
+        let mut numbering = Numbering { bytes, at: 0, before: 0 };
+        let mut triggers = Triggers { flagged, index: 0, pairs: 0 };
         let mut pos = n0 + 1;
         while pos <= last_nl {
             let stateful = self.stateful();
             let ls = if stateful {
                 pos
             } else {
-                // The search starts at the newline before `pos`, so `\nE  ` can match there.
-                let input = Input::new(bytes).range(pos - 1..last_nl + 1);
-                let Some(m) = finder.find(input) else { break };
-                // The last byte of a match is never a newline: it lies in the line to classify.
-                let anchor = m.end() - 1;
+                // A trigger may start at the newline before `pos` (`\nE  `).
+                let Some(anchor) = triggers.next(bytes, pos - 1, last_nl + 1, &mut numbering)
+                else {
+                    break;
+                };
                 memchr::memrchr(b'\n', &bytes[pos..anchor]).map_or(pos, |p| pos + p + 1)
             };
             let le = memchr::memchr(b'\n', &bytes[ls..]).map_or(last_nl, |p| ls + p);
             let text = scan_text(&bytes[ls..le.min(ls + SCAN_MAX)], le - ls > SCAN_MAX);
             pos = le + 1;
-            if !stateful && classify(text) == Class::None {
+            let class = (!stateful).then(|| classify(text));
+            if class == Some(Class::None) {
                 // A trigger word inside an ordinary line: nothing to number.
                 continue;
             }
-            counted_line += memchr::memchr_iter(b'\n', &bytes[counted..ls]).count() as u64;
-            counted = ls;
-            self.classify_line(counted_line, text, chunk_start + ls as u64);
+            let line = self.line + numbering.before(ls);
+            self.classify_line(line, text, chunk_start + ls as u64, class);
         }
-        self.line = match newlines {
-            Some(n) => self.line + n,
-            None => {
-                counted_line + memchr::memchr_iter(b'\n', &bytes[counted..=last_nl]).count() as u64
-            }
-        };
+        self.line += newlines;
         self.line_start = chunk_start + last_nl as u64 + 1;
         self.extend_carry(&bytes[last_nl + 1..]);
     }
@@ -283,8 +575,9 @@ impl Rescue {
         self.traceback.is_some() || self.want_location
     }
 
-    /// One whole line (its first [`SCAN_MAX`] bytes) numbered `line`, starting at byte `at`.
-    fn classify_line(&mut self, line: u64, text: &str, at: u64) {
+    /// One whole line (its first [`SCAN_MAX`] bytes) numbered `line`, starting at byte `at`;
+    /// `class` is its class when already known.
+    fn classify_line(&mut self, line: u64, text: &str, at: u64, class: Option<Class>) {
         if at > self.exact_until {
             self.traceback = None;
             self.want_location = false;
@@ -299,7 +592,13 @@ impl Rescue {
             let indented = text.starts_with([' ', '\t']);
             if indented || text.is_empty() {
                 if text.trim_start().starts_with("File \"") {
-                    tb.last_frame = Some(Rescued { line, text: clip(text) });
+                    match &mut tb.last_frame {
+                        Some(frame) => {
+                            frame.line = line;
+                            clip_into(text, &mut frame.text);
+                        }
+                        None => tb.last_frame = Some(Rescued { line, text: clip(text) }),
+                    }
                 }
                 if tb.lines > TRACEBACK_MAX_LINES {
                     self.traceback = None;
@@ -316,7 +615,7 @@ impl Rescue {
                 return;
             }
         }
-        match classify(text) {
+        match class.unwrap_or_else(|| classify(text)) {
             Class::None => {}
             Class::Diagnostic => self.candidate(line, text),
             Class::PytestE => {
@@ -334,14 +633,20 @@ impl Rescue {
     }
 
     fn candidate(&mut self, line: u64, text: &str) {
-        let c = Rescued { line, text: clip(text) };
         if self.first.len() < MAX_LINES {
-            self.first.push(c);
+            let mut kept = String::new();
+            clip_into(text, &mut kept);
+            self.first.push(Rescued { line, text: kept });
             return;
         }
-        if self.recent.len() == RECENT_MAX {
-            self.recent.pop_front();
-        }
+        // Once the ring is full, the oldest entry's buffer takes the new text.
+        let mut c = if self.recent.len() == RECENT_MAX {
+            self.recent.pop_front().unwrap_or_else(|| Rescued { line, text: String::new() })
+        } else {
+            Rescued { line, text: String::new() }
+        };
+        c.line = line;
+        clip_into(text, &mut c.text);
         self.recent.push_back(c);
     }
 }
@@ -367,27 +672,23 @@ fn rendered_len(c: &Rescued) -> usize {
     c.line.to_string().len() + 2 + c.text.len() + 1
 }
 
-fn finder() -> &'static AhoCorasick {
-    static FINDER: OnceLock<AhoCorasick> = OnceLock::new();
-    FINDER.get_or_init(|| {
-        match AhoCorasick::builder().match_kind(MatchKind::LeftmostFirst).build(TRIGGERS) {
-            Ok(ac) => ac,
-            // The patterns are constants; building them cannot fail. An automaton that matches
-            // nothing keeps the sink working if it ever did.
-            Err(_) => AhoCorasick::new::<_, &str>([]).unwrap_or_else(|_| unreachable!()),
-        }
-    })
-}
-
 /// The text kept for a line: trailing blanks dropped, at most [`LINE_TEXT_MAX`] bytes.
 fn clip(text: &str) -> String {
+    let mut kept = String::new();
+    clip_into(text, &mut kept);
+    kept
+}
+
+/// [`clip`] into a buffer that is reused.
+fn clip_into(text: &str, kept: &mut String) {
+    kept.clear();
     let text = text.trim_end();
     if text.len() <= LINE_TEXT_MAX {
-        return text.to_owned();
+        kept.push_str(text);
+        return;
     }
-    let mut s = text[..floor_boundary(text, LINE_TEXT_MAX)].to_owned();
-    s.push('\u{2026}');
-    s
+    kept.push_str(&text[..floor_boundary(text, LINE_TEXT_MAX)]);
+    kept.push('\u{2026}');
 }
 
 /// The text of a line the classifier looks at: the line's first [`SCAN_MAX`] bytes `bytes`, and
@@ -722,7 +1023,7 @@ mod tests {
     fn rescue_memory_is_bounded_whatever_the_output_size() {
         let held = |r: &Rescue| {
             let texts: usize = r.first.iter().chain(&r.recent).map(|c| c.text.capacity()).sum();
-            (r.first.len(), r.recent.len(), r.carry.capacity(), texts)
+            (r.first.len(), r.recent.len(), r.carry.capacity(), texts, r.flagged.capacity())
         };
         let long = "y".repeat(5 * SCAN_MAX);
         let chunk: String = (0..1000)
@@ -733,19 +1034,18 @@ mod tests {
             })
             .collect();
         let mut r = Rescue::new(u64::MAX);
-        r.push(chunk.as_bytes());
-        for _ in 0..9 {
-            r.push_counted(chunk.as_bytes(), Some(1000));
+        for _ in 0..10 {
+            assert_eq!(r.push(chunk.as_bytes()), 1000);
         }
         let after_ten = held(&r);
         for _ in 0..990 {
-            r.push_counted(chunk.as_bytes(), Some(1000));
+            assert_eq!(r.push(chunk.as_bytes()), 1000);
         }
         let after_all = held(&r);
         assert_eq!((after_all.0, after_all.1), (MAX_LINES, RECENT_MAX));
         assert_eq!(
-            (after_ten.0, after_ten.1, after_ten.2),
-            (after_all.0, after_all.1, after_all.2)
+            (after_ten.0, after_ten.1, after_ten.2, after_ten.4),
+            (after_all.0, after_all.1, after_all.2, after_all.4)
         );
         assert!(after_all.2 <= 2 * SCAN_MAX, "carry {}", after_all.2);
         // Kept texts are clipped lines: bounded by the counts above.
@@ -755,16 +1055,76 @@ mod tests {
         assert_eq!(rescued.last().unwrap().line, 999 * 1000 + 996);
     }
 
+    fn kernels() -> Vec<Kernel> {
+        let mut k = vec![Kernel::Scalar];
+        k.extend(Some(Kernel::best()).filter(|&b| b != Kernel::Scalar));
+        k
+    }
+
+    /// Every trigger word's filter pair is flagged wherever the word lies, by every kernel, and
+    /// the newline count and masks are exact.
+    #[test]
+    fn rescue_scan_flags_every_trigger_and_counts_newlines() {
+        let filler = b"the quick brown fox jumps over the lazy dog\n".repeat(8);
+        for &(word, off) in TRIGGERS {
+            let word = word.as_bytes();
+            let pair = &word[off..off + 2];
+            assert!(
+                PAIR_BUCKETS.iter().any(|b| b.iter().any(|p| &p[..] == pair)),
+                "{word:?}: pair {pair:?} in no bucket"
+            );
+            for at in 0..=160 {
+                let mut buf = filler.clone();
+                buf[at..at + word.len()].copy_from_slice(word);
+                let want_nl: Vec<usize> = (0..buf.len()).filter(|&i| buf[i] == b'\n').collect();
+                for kernel in kernels() {
+                    let mut flagged = Vec::new();
+                    let n = scan(&buf, kernel, &mut flagged);
+                    assert_eq!(n, want_nl.len() as u64, "{kernel:?}");
+                    let p = at + off;
+                    let hit = flagged
+                        .iter()
+                        .any(|f| f.at <= p && p < f.at + BLOCK && (f.pairs >> (p - f.at)) & 1 == 1);
+                    assert!(
+                        hit,
+                        "{kernel:?}: {:?} at {at} not flagged",
+                        String::from_utf8_lossy(word)
+                    );
+                    for f in &flagged {
+                        let nl: Vec<usize> = (0..BLOCK)
+                            .filter(|i| (f.newlines >> i) & 1 == 1)
+                            .map(|i| f.at + i)
+                            .collect();
+                        let want: Vec<usize> = want_nl
+                            .iter()
+                            .copied()
+                            .filter(|&i| i >= f.at && i < f.at + BLOCK)
+                            .collect();
+                        assert_eq!(nl, want, "{kernel:?}");
+                        let before = want_nl.iter().filter(|&&i| i < f.at).count() as u64;
+                        assert_eq!(f.newlines_before, before, "{kernel:?}");
+                    }
+                }
+            }
+        }
+    }
+
     fn has_trigger(line: &str) -> bool {
         let with_nl = format!("\n{line}\n");
-        finder().is_match(with_nl.as_str())
+        TRIGGERS.iter().any(|(word, _)| with_nl.contains(word))
     }
 
     /// Feeds `text` in chunks, the window starting at `first_shown(line count so far)`.
     fn run(chunks: &[&str], shown_start: u64, shown: &str) -> Vec<Rescued> {
+        run_with(Kernel::best(), chunks, shown_start, shown)
+    }
+
+    fn run_with(kernel: Kernel, chunks: &[&str], shown_start: u64, shown: &str) -> Vec<Rescued> {
         let mut r = Rescue::new(u64::MAX);
+        r.kernel = kernel;
         for c in chunks {
-            r.push(c.as_bytes());
+            let n = r.push(c.as_bytes());
+            assert_eq!(n, c.bytes().filter(|&b| b == b'\n').count() as u64);
         }
         r.finish(shown_start, shown)
     }
@@ -866,6 +1226,12 @@ mod tests {
             Just(" --> src/a.rs:1:1\n"),
             Just("f.c:1:2: error: e\n"),
             Just("noerror here\n"),
+            Just("thread 'main' panicked at src/a.rs:1:5:\n"),
+            Just("panic: boom\n"),
+            Just("fatal: not a repository\n"),
+            Just("make: *** [all] Error 1\n"),
+            Just("x.go:3:1: undefined: y\n"),
+            Just("the quick brown fox: rr .g Fa .a mm xc hm Na ' Tr c: l: ** \\n No As nb\n"),
             Just("\u{e9}rror\n"),
             Just("FAIL"),
             Just("ED x\n"),
@@ -897,18 +1263,13 @@ mod tests {
             let whole = run(&[&text], shown_start, "");
             let chunked = run(&chunks, shown_start, "");
             prop_assert_eq!(&whole, &chunked);
-            // Newline counts given by the caller (as the sink does) change nothing.
-            let mut counted = Rescue::new(u64::MAX);
-            for chunk in &chunks {
-                let n = chunk.bytes().filter(|&b| b == b'\n').count() as u64;
-                counted.push_counted(chunk.as_bytes(), Some(n));
-            }
-            prop_assert_eq!(&counted.finish(shown_start, ""), &whole);
+            // Read one byte at a time or 32 at a time, the same.
+            prop_assert_eq!(&run_with(Kernel::Scalar, &chunks, shown_start, ""), &whole);
             // Line-by-line classification of the whole text is the oracle.
             let mut oracle = Rescue::new(u64::MAX);
             for (i, line) in text.split_inclusive('\n').enumerate() {
                 if line.ends_with('\n') {
-                    oracle.classify_line(i as u64 + 1, line.trim_end_matches('\n'), 0);
+                    oracle.classify_line(i as u64 + 1, line.trim_end_matches('\n'), 0, None);
                 }
             }
             prop_assert_eq!(oracle.finish(shown_start, ""), whole);

@@ -126,8 +126,8 @@ pub struct Sink {
     artifact: Option<ArtifactWriter>,
     artifact_id: Option<u64>,
     artifact_error: Option<String>,
-    /// Rescued lines (SPEC §7), until the spill hands it to the artifact writer's thread;
-    /// none with a head limit, whose window keeps the start anyway.
+    /// Rescued lines (SPEC §7): sees every chunk, and counts its newlines for the sink in the
+    /// same pass; none with a head limit, whose window keeps the start anyway.
     rescue: Option<Rescue>,
 }
 
@@ -168,11 +168,11 @@ impl Sink {
             return;
         }
         // Counted once here: every consumer below needs it.
-        let newlines = count_newlines(text);
+        let newlines = self.count(text);
         if self.spilled {
-            self.write_artifact(text, newlines);
+            self.write_artifact(text);
         } else if self.overflows_with(text, newlines) {
-            self.spill(text, newlines);
+            self.spill(text);
         }
         self.keep(text, newlines);
     }
@@ -186,17 +186,22 @@ impl Sink {
             text.clear();
             return;
         }
-        let newlines = count_newlines(text);
+        let newlines = self.count(text);
         self.keep(text, newlines);
-        let written = self
-            .artifact
-            .as_mut()
-            .map_or(Ok(()), |writer| writer.write_owned(text, Some(newlines as u64)));
+        let written = self.artifact.as_mut().map_or(Ok(()), |writer| writer.write_owned(text));
         if let Err(e) = written {
             self.artifact = None;
             self.note_artifact_error("writing the artifact failed", &e);
         }
         text.clear();
+    }
+
+    /// The newlines of a chunk: the rescue counts them in its own pass over the chunk.
+    fn count(&mut self, text: &str) -> usize {
+        match &mut self.rescue {
+            Some(rescue) => usize::try_from(rescue.push(text.as_bytes())).unwrap_or(usize::MAX),
+            None => count_newlines(text),
+        }
     }
 
     /// The window's (and the head part's) share of a chunk.
@@ -260,11 +265,9 @@ impl Sink {
     /// its last `tail` lines. This equals applying head then tail to the full text and then
     /// bounding the result by the window limits (keeping its end).
     pub fn finish(mut self) -> SinkOutput {
-        let mut rescue = None;
         if let Some(writer) = self.artifact.take() {
-            match writer.finish_rescue() {
-                Ok(r) => rescue = r,
-                Err(e) => self.note_artifact_error("finishing the artifact failed", &e),
+            if let Err(e) = writer.finish() {
+                self.note_artifact_error("finishing the artifact failed", &e);
             }
         }
         let total_bytes = self.window.pushed_bytes;
@@ -290,7 +293,7 @@ impl Sink {
         let truncated_by = truncated.then(|| selected.cut_by());
         let shown_range =
             (output_lines > 0).then(|| (selected_lines + 1 - output_lines, selected_lines));
-        let rescued = match (rescue, truncated) {
+        let rescued = match (self.rescue.take(), truncated) {
             (Some(rescue), true) => {
                 rescue.finish(shown_range.map_or(selected_lines + 1, |r| r.0), text)
             }
@@ -322,22 +325,19 @@ impl Sink {
     }
 
     /// The first overflow: open the artifact and write everything so far, then `text`.
-    fn spill(&mut self, text: &str, newlines: usize) {
+    fn spill(&mut self, text: &str) {
         self.spilled = true;
         let Some(store) = &self.store else { return };
         match store.create() {
             Ok((id, file)) => {
                 self.artifact_id = Some(id);
                 // Until now the whole stream fitted the window, so its buffer holds all of it.
-                let rescue = self.rescue.take();
-                let written = ArtifactWriter::spawn_with(file, self.artifact_cap, rescue).and_then(
-                    |mut writer| {
-                        let before = Some(self.window.pushed_newlines);
-                        writer.write_counted(self.window.whole_stream().as_bytes(), before)?;
-                        writer.write_counted(text.as_bytes(), Some(newlines as u64))?;
+                let written =
+                    ArtifactWriter::spawn(file, self.artifact_cap).and_then(|mut writer| {
+                        writer.write(self.window.whole_stream().as_bytes())?;
+                        writer.write(text.as_bytes())?;
                         Ok(writer)
-                    },
-                );
+                    });
                 match written {
                     Ok(writer) => self.artifact = Some(writer),
                     Err(e) => self.note_artifact_error("writing the artifact failed", &e),
@@ -349,11 +349,11 @@ impl Sink {
 
     /// Appends to the artifact. A write error stops writing for this command; the id is kept,
     /// since the file still holds the stream up to the error.
-    fn write_artifact(&mut self, text: &str, newlines: usize) {
+    fn write_artifact(&mut self, text: &str) {
         let Some(writer) = &mut self.artifact else {
             return;
         };
-        if let Err(e) = writer.write_counted(text.as_bytes(), Some(newlines as u64)) {
+        if let Err(e) = writer.write(text.as_bytes()) {
             self.artifact = None;
             self.note_artifact_error("writing the artifact failed", &e);
         }
@@ -789,6 +789,42 @@ mod tests {
         sink.push("0123456789A");
         assert_eq!(sink.finish().artifact_id, Some(1));
         assert_eq!(store.ids(), vec![0, 1]);
+    }
+
+    /// Rescued lines and a capped artifact (SPEC §4.2, §7): a diagnostic in the part the artifact
+    /// keeps verbatim is rescued with its line number, which is its line in the artifact; one in
+    /// the elided middle is not (no line of the artifact holds it), nor one in the kept end
+    /// outside the window (its line number in the artifact depends on where the kept end
+    /// starts, which is decided when the artifact is finished, after the line went by).
+    #[test]
+    fn sink_rescues_only_where_a_capped_artifact_is_verbatim() {
+        let (_dir, store) = store();
+        let cap = 1 << 20;
+        let config = SinkConfig { artifact_cap: cap, ..SinkConfig::default() };
+        let mut sink = Sink::new(config, Some(store.clone()));
+        let mut text = String::new();
+        for i in 1..=80_000u64 {
+            match i {
+                10 => text.push_str("error: early\n"),
+                40_000 => text.push_str("error: elided\n"),
+                70_000 => text.push_str("error: in the kept end\n"),
+                _ => text.push_str(&format!("line {i} of plain output\n")),
+            }
+        }
+        assert!(text.len() as u64 > 2 * cap - (cap >> 3), "{}", text.len());
+        for chunk in text.as_bytes().chunks(64 << 10) {
+            sink.push(std::str::from_utf8(chunk).unwrap());
+        }
+        let out = sink.finish();
+        assert!(out.truncated);
+        assert_eq!(out.rescued, vec![Rescued { line: 10, text: "error: early".into() }]);
+        let artifact = std::fs::read_to_string(store.path(out.artifact_id.unwrap())).unwrap();
+        let lines: Vec<&str> = artifact.lines().collect();
+        assert_eq!(lines[9], "error: early");
+        assert!(artifact.contains(" bytes elided \u{2026}]\n"));
+        assert!(!artifact.contains("error: elided"));
+        assert!(artifact.contains("error: in the kept end\n"));
+        assert!(!out.text.contains("error: in the kept end"));
     }
 
     #[test]
