@@ -874,7 +874,11 @@ async fn add_all(
     let mut cmd = git.command();
     match specs {
         Some(specs) => {
-            cmd.env("GIT_LITERAL_PATHSPECS", "0").args(["add", "-A", "--"]).args(specs);
+            // Preloading stats every file of the index in threads, path specs or not: the
+            // few folders named are cheaper to stat on one thread.
+            cmd.env("GIT_LITERAL_PATHSPECS", "0")
+                .args(["-c", "core.preloadIndex=false", "add", "-A", "--"])
+                .args(specs);
         }
         None => {
             cmd.args(["add", "-A", "--", "."]);
