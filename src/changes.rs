@@ -388,6 +388,11 @@ impl Receipts {
         self.settings.enabled
     }
 
+    /// Receipts are on and watch the projects' folders (`[changes] watch`).
+    pub fn watching(&self) -> bool {
+        self.settings.enabled && self.settings.watch
+    }
+
     fn bin(&self) -> PathBuf {
         self.settings.git.clone().unwrap_or_else(|| PathBuf::from("git"))
     }
