@@ -281,7 +281,7 @@ enum Plan {
 impl Tracker {
     /// Reads the watch's queue and says what the snapshot must re-read (blocking). Starts the
     /// watch when there is none (before the full snapshot, so nothing is missed after it).
-    fn plan(&mut self, git: &Git, enabled: bool) -> Plan {
+    fn plan(&mut self, git: &Git, enabled: bool, budget: &Arc<watch::Budget>) -> Plan {
         let last = self.last.take();
         if !enabled || self.off.is_some() {
             return Plan::Full;
@@ -292,7 +292,7 @@ impl Tracker {
         };
         let (flat, deep, new, last) = match (seen, last) {
             (watch::Seen::Everything(why), _) => {
-                self.restart(git, &why);
+                self.restart(git, &why, budget);
                 return Plan::Full;
             }
             (_, None) => return Plan::Full,
@@ -306,7 +306,7 @@ impl Tracker {
         let ignored = match w.absorb(git, &new) {
             Ok(ignored) => ignored,
             Err(e) => {
-                self.restart(git, &e);
+                self.restart(git, &e, budget);
                 return Plan::Full;
             }
         };
@@ -323,13 +323,13 @@ impl Tracker {
 
     /// A new watch (the old one's queue no longer tells the whole story). Failing that, the
     /// project goes on with full snapshots.
-    fn restart(&mut self, git: &Git, why: &str) {
+    fn restart(&mut self, git: &Git, why: &str, budget: &Arc<watch::Budget>) {
         self.stale = false;
         self.watch = None;
         if !why.is_empty() {
             tracing::debug!(root = %git.root.display(), "watch restarted: {why}");
         }
-        match watch::Watch::start(git) {
+        match watch::Watch::start(git, budget) {
             Ok(w) => self.watch = Some(w),
             Err(e) => {
                 tracing::info!(root = %git.root.display(), "full snapshots from now on: {e}");
@@ -368,6 +368,8 @@ pub struct Receipts {
     projects: Mutex<HashMap<PathBuf, Arc<Project>>>,
     records: Mutex<BTreeMap<u64, Arc<Record>>>,
     next_id: AtomicU64,
+    /// The inotify watches and instances the projects' watches may take.
+    budget: Arc<watch::Budget>,
 }
 
 impl Receipts {
@@ -381,6 +383,7 @@ impl Receipts {
             projects: Mutex::new(HashMap::new()),
             records: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
+            budget: watch::Budget::of_system(),
         }
     }
 
@@ -668,9 +671,10 @@ impl Receipts {
     /// What the next snapshot must read, from the project's watch (see [`Tracker::plan`]).
     async fn plan(&self, project: &Arc<Project>, held: &mut Held) -> Plan {
         let mut tracker = std::mem::take(&mut held.guard.tracker);
-        let (git, enabled) = (project.git.clone(), self.settings.watch);
+        let (git, enabled, budget) =
+            (project.git.clone(), self.settings.watch, self.budget.clone());
         let (tracker, plan) = tokio::task::spawn_blocking(move || {
-            let plan = tracker.plan(&git, enabled);
+            let plan = tracker.plan(&git, enabled, &budget);
             (tracker, plan)
         })
         .await
@@ -710,9 +714,10 @@ impl Receipts {
         may_defer: bool,
     ) -> Result<(Held, Arc<Tree>), String> {
         let limits = (self.settings.max_files, self.settings.max_bytes, self.settings.watch);
+        let budget = self.budget.clone();
         let git = project.git.clone();
         project.indexing.store(true, Ordering::Release);
-        let mut task = tokio::spawn(first_snapshot(git, held, limits));
+        let mut task = tokio::spawn(first_snapshot(git, held, limits, budget));
         let done = if may_defer {
             match tokio::time::timeout_at(deadline.into(), &mut task).await {
                 Ok(done) => done,
@@ -933,6 +938,7 @@ async fn first_snapshot(
     git: Git,
     mut held: Held,
     (max_files, max_bytes, watch): (u64, u64, bool),
+    budget: Arc<watch::Budget>,
 ) -> (Held, Result<Arc<Tree>, String>) {
     let root = git.root.display().to_string();
     let end = Instant::now() + FIRST_SNAPSHOT_MAX;
@@ -958,7 +964,7 @@ async fn first_snapshot(
         let mut tracker = std::mem::take(&mut held.guard.tracker);
         let g = git.clone();
         held.guard.tracker = tokio::task::spawn_blocking(move || {
-            let _ = tracker.plan(&g, watch);
+            let _ = tracker.plan(&g, watch, &budget);
             tracker
         })
         .await

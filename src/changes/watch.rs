@@ -23,8 +23,10 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use inotify::{EventMask, Inotify, WatchMask};
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
 use super::store::{Git, Tree};
 
@@ -48,12 +50,51 @@ pub enum Seen {
     Everything(String),
 }
 
+/// The share of the user's inotify resources one backend may take: they are shared with every
+/// program of the user (editors' file watchers among them), so a quarter of the watches
+/// (`fs.inotify.max_user_watches`) and an eighth of the instances (`max_user_instances`).
+#[derive(Debug)]
+pub struct Budget {
+    dirs: AtomicUsize,
+    watches: AtomicUsize,
+    limit: usize,
+}
+
+impl Budget {
+    pub fn of_system() -> Arc<Budget> {
+        let read = |name: &str, default: usize| {
+            std::fs::read_to_string(format!("/proc/sys/fs/inotify/{name}"))
+                .ok()
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .unwrap_or(default)
+        };
+        let limit = read("max_user_watches", 8192);
+        Budget::new(limit / 4, (read("max_user_instances", 128) / 8).max(1), limit)
+    }
+
+    pub fn new(dirs: usize, watches: usize, limit: usize) -> Arc<Budget> {
+        Arc::new(Budget { dirs: AtomicUsize::new(dirs), watches: AtomicUsize::new(watches), limit })
+    }
+
+    fn take(n: &AtomicUsize) -> bool {
+        n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1)).is_ok()
+    }
+}
+
 /// The inotify watches of one project.
 pub struct Watch {
     ino: Inotify,
     root: PathBuf,
     /// Watch descriptor → directory relative to the root (`b""` for the root).
-    dirs: HashMap<i32, Vec<u8>>,
+    dirs: HashMap<i32, (WatchDescriptor, Vec<u8>)>,
+    budget: Arc<Budget>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.budget.dirs.fetch_add(self.dirs.len(), Ordering::AcqRel);
+        self.budget.watches.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for Watch {
@@ -96,9 +137,19 @@ fn within(path: &[u8], dir: &[u8]) -> bool {
 
 impl Watch {
     /// Watches every directory of the project that git does not ignore.
-    pub fn start(git: &Git) -> Result<Watch, String> {
-        let ino = Inotify::init().map_err(|e| format!("inotify is unavailable: {e}"))?;
-        let mut watch = Watch { ino, root: git.root.clone(), dirs: HashMap::new() };
+    pub fn start(git: &Git, budget: &Arc<Budget>) -> Result<Watch, String> {
+        if !Budget::take(&budget.watches) {
+            return Err("this backend watches as many projects as it may".into());
+        }
+        let ino = match Inotify::init() {
+            Ok(ino) => ino,
+            Err(e) => {
+                budget.watches.fetch_add(1, Ordering::AcqRel);
+                return Err(format!("inotify is unavailable: {e}"));
+            }
+        };
+        let mut watch =
+            Watch { ino, root: git.root.clone(), dirs: HashMap::new(), budget: budget.clone() };
         let ignored = ignored_dirs(git, &[])?;
         watch.add_tree(b"", &ignored)?;
         Ok(watch)
@@ -110,19 +161,35 @@ impl Watch {
         let mut stack = vec![top.to_vec()];
         while let Some(rel) = stack.pop() {
             let full = self.root.join(OsStr::from_bytes(&rel));
+            if !Budget::take(&self.budget.dirs) {
+                return Err(format!(
+                    "watching its folders would take over a quarter of the system's inotify \
+                     watches (fs.inotify.max_user_watches = {})",
+                    self.budget.limit
+                ));
+            }
             match self.ino.watches().add(&full, mask()) {
                 Ok(wd) => {
-                    self.dirs.insert(wd.get_watch_descriptor_id(), rel.clone());
+                    let id = wd.get_watch_descriptor_id();
+                    if self.dirs.insert(id, (wd, rel.clone())).is_some() {
+                        // The same folder again (a new name for it): counted once.
+                        self.budget.dirs.fetch_add(1, Ordering::AcqRel);
+                    }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    self.budget.dirs.fetch_add(1, Ordering::AcqRel);
                     return Err(
                         "the system's inotify watch limit is reached (fs.inotify.max_user_watches)"
                             .into(),
-                    )
+                    );
                 }
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
-                Err(e) => return Err(format!("cannot watch {}: {e}", full.display())),
+                Err(e) => {
+                    self.budget.dirs.fetch_add(1, Ordering::AcqRel);
+                    if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) {
+                        continue;
+                    }
+                    return Err(format!("cannot watch {}: {e}", full.display()));
+                }
             }
             if self.dirs.len() > MAX_DIRS {
                 return Err(format!("the project has over {MAX_DIRS} directories"));
@@ -165,10 +232,12 @@ impl Watch {
                 }
                 let id = ev.wd.get_watch_descriptor_id();
                 if ev.mask.contains(EventMask::IGNORED) {
-                    self.dirs.remove(&id);
+                    if self.dirs.remove(&id).is_some() {
+                        self.budget.dirs.fetch_add(1, Ordering::AcqRel);
+                    }
                     continue;
                 }
-                let Some(dir) = self.dirs.get(&id) else { continue };
+                let Some((_, dir)) = self.dirs.get(&id) else { continue };
                 let Some(name) = ev.name else {
                     if dir.is_empty() && ev.mask.contains(EventMask::MOVE_SELF) {
                         everything = Some("the project folder moved".into());
@@ -193,10 +262,17 @@ impl Watch {
             // A directory moved away keeps its watches under its old name: drop them (a move
             // within the project is also a new directory, watched again under its new name).
             for gone in moved_away {
-                let ids: Vec<i32> =
-                    self.dirs.iter().filter(|(_, d)| within(d, &gone)).map(|(id, _)| *id).collect();
+                let ids: Vec<i32> = self
+                    .dirs
+                    .iter()
+                    .filter(|(_, (_, d))| within(d, &gone))
+                    .map(|(id, _)| *id)
+                    .collect();
                 for id in ids {
-                    self.dirs.remove(&id);
+                    if let Some((wd, _)) = self.dirs.remove(&id) {
+                        let _ = self.ino.watches().remove(wd);
+                        self.budget.dirs.fetch_add(1, Ordering::AcqRel);
+                    }
                 }
             }
         }
@@ -355,5 +431,59 @@ mod tests {
         assert!(within(b"x", b""));
         assert_eq!(join(b"", b"x"), b"x");
         assert_eq!(join(b"a", b"x"), b"a/x");
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    /// A project with `n` folders and its shadow store.
+    fn project(n: usize) -> (tempfile::TempDir, Git) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("p");
+        for i in 0..n {
+            std::fs::create_dir_all(root.join(format!("d{i}"))).unwrap();
+        }
+        let git = Git { bin: "git".into(), shadow: dir.path().join("s"), root };
+        crate::changes::store::init(&git, None).unwrap();
+        (dir, git)
+    }
+
+    #[test]
+    fn watches_stay_within_their_share_and_give_it_back() {
+        let (_d, git) = project(4);
+        // The root and 4 folders: 5 watches.
+        let budget = Budget::new(4, 2, 16);
+        let err = Watch::start(&git, &budget).unwrap_err();
+        assert!(err.contains("fs.inotify.max_user_watches = 16"), "{err}");
+        assert_eq!(budget.dirs.load(Ordering::Acquire), 4, "a failed start gives everything back");
+        assert_eq!(budget.watches.load(Ordering::Acquire), 2);
+
+        let budget = Budget::new(10, 1, 40);
+        let w = Watch::start(&git, &budget).unwrap();
+        assert_eq!(budget.dirs.load(Ordering::Acquire), 5);
+        let err = Watch::start(&git, &budget).unwrap_err();
+        assert!(err.contains("as many projects"), "{err}");
+        drop(w);
+        assert_eq!(budget.dirs.load(Ordering::Acquire), 10);
+        assert_eq!(budget.watches.load(Ordering::Acquire), 1);
+    }
+
+    #[test]
+    fn a_folder_moved_away_gives_its_watches_back() {
+        let (d, git) = project(2);
+        std::fs::create_dir_all(git.root.join("d0/sub")).unwrap();
+        let budget = Budget::new(10, 1, 40);
+        let mut w = Watch::start(&git, &budget).unwrap();
+        assert_eq!(budget.dirs.load(Ordering::Acquire), 6);
+        std::fs::rename(git.root.join("d0"), d.path().join("outside")).unwrap();
+        match w.drain() {
+            Seen::Some { deep, .. } => assert!(deep.contains(&b"d0".to_vec())),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(budget.dirs.load(Ordering::Acquire), 8, "d0 and d0/sub are no longer watched");
+        std::fs::write(d.path().join("outside/sub/f"), "x").unwrap();
+        assert_eq!(w.drain(), Seen::Nothing, "what happens outside the project is not seen");
     }
 }
