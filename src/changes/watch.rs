@@ -479,7 +479,7 @@ mod budget_tests {
         assert_eq!(budget.dirs.load(Ordering::Acquire), 6);
         std::fs::rename(git.root.join("d0"), d.path().join("outside")).unwrap();
         match w.drain() {
-            Seen::Some { deep, .. } => assert!(deep.contains(&b"d0".to_vec())),
+            Seen::Some { deep, .. } => assert!(deep.contains(b"d0".as_slice())),
             other => panic!("{other:?}"),
         }
         assert_eq!(budget.dirs.load(Ordering::Acquire), 8, "d0 and d0/sub are no longer watched");
