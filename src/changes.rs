@@ -20,6 +20,9 @@
 // Every function of `store` blocks; they are only called under `spawn_blocking`.
 #[allow(clippy::disallowed_methods)]
 pub mod store;
+// The same: only called under `spawn_blocking`.
+#[allow(clippy::disallowed_methods)]
+pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -57,6 +60,9 @@ pub struct ChangesSettings {
     pub max_snapshot_ms: u64,
     /// The git program. Default: `git` on `PATH`.
     pub git: Option<PathBuf>,
+    /// Watch the project's folders (inotify) so that a snapshot re-reads only what changed.
+    /// Default true; turn off on network filesystems changed from other machines.
+    pub watch: bool,
 }
 
 impl Default for ChangesSettings {
@@ -67,6 +73,7 @@ impl Default for ChangesSettings {
             max_bytes: 2 << 30,
             max_snapshot_ms: 200,
             git: None,
+            watch: true,
         }
     }
 }
@@ -179,7 +186,7 @@ pub enum Begin {
     Unavailable(String),
     Taken {
         project: Arc<Project>,
-        before: Tree,
+        before: Arc<Tree>,
     },
 }
 
@@ -244,6 +251,104 @@ struct State {
     /// Why receipts are off for this project (for good, until the backend restarts).
     off: Option<String>,
     project_exclude: Option<PathBuf>,
+    /// The user's `core.excludesFile`, and its content when last seen.
+    excludes_file: Option<PathBuf>,
+    excludes_seen: Option<Vec<u8>>,
+    tracker: Tracker,
+}
+
+/// What the project's watch says about the latest snapshot.
+#[derive(Debug, Default)]
+struct Tracker {
+    watch: Option<watch::Watch>,
+    /// Why the project has no watch (full snapshots), once it was given up.
+    off: Option<String>,
+    /// The latest snapshot, while no change outside what the watch reports can have happened.
+    last: Option<Arc<Tree>>,
+    /// The ignore rules changed: the watch starts again.
+    stale: bool,
+}
+
+/// How the next snapshot is taken.
+enum Plan {
+    /// Nothing changed since the latest one.
+    Reuse(Arc<Tree>),
+    /// `git add` of these path specs only.
+    Paths(Vec<std::ffi::OsString>),
+    Full,
+}
+
+impl Tracker {
+    /// Reads the watch's queue and says what the snapshot must re-read (blocking). Starts the
+    /// watch when there is none (before the full snapshot, so nothing is missed after it).
+    fn plan(&mut self, git: &Git, enabled: bool, budget: &Arc<watch::Budget>) -> Plan {
+        let last = self.last.take();
+        if !enabled || self.off.is_some() {
+            return Plan::Full;
+        }
+        let seen = match (&mut self.watch, self.stale) {
+            (Some(w), false) => w.drain(),
+            _ => watch::Seen::Everything(String::new()),
+        };
+        let (flat, deep, new, last) = match (seen, last) {
+            (watch::Seen::Everything(why), _) => {
+                self.restart(git, &why, budget);
+                return Plan::Full;
+            }
+            (_, None) => return Plan::Full,
+            (watch::Seen::Nothing, Some(last)) => {
+                self.last = Some(last.clone());
+                return Plan::Reuse(last);
+            }
+            (watch::Seen::Some { flat, deep, new }, Some(last)) => (flat, deep, new, last),
+        };
+        let Some(w) = self.watch.as_mut() else { return Plan::Full };
+        let ignored = match w.absorb(git, &new) {
+            Ok(ignored) => ignored,
+            Err(e) => {
+                self.restart(git, &e, budget);
+                return Plan::Full;
+            }
+        };
+        let specs = watch::specs(&git.root, &last, &flat, &deep, &ignored);
+        if specs.is_empty() {
+            self.last = Some(last.clone());
+            return Plan::Reuse(last);
+        }
+        if specs.len() > watch::MAX_SPECS {
+            return Plan::Full;
+        }
+        Plan::Paths(specs)
+    }
+
+    /// A new watch (the old one's queue no longer tells the whole story). Failing that, the
+    /// project goes on with full snapshots.
+    fn restart(&mut self, git: &Git, why: &str, budget: &Arc<watch::Budget>) {
+        self.stale = false;
+        self.watch = None;
+        if !why.is_empty() {
+            tracing::debug!(root = %git.root.display(), "watch restarted: {why}");
+        }
+        match watch::Watch::start(git, budget) {
+            Ok(w) => self.watch = Some(w),
+            Err(e) => {
+                tracing::info!(root = %git.root.display(), "full snapshots from now on: {e}");
+                self.off = Some(e);
+            }
+        }
+    }
+
+    /// A snapshot was taken: later ones may start from it. A project with nested repositories
+    /// gets no watch (their commits happen in `.git` folders, which are not watched).
+    fn taken(&mut self, tree: &Arc<Tree>) {
+        if self.watch.is_some() && tree.entries.iter().any(|(_, e)| e.mode == 0o160000) {
+            self.watch = None;
+            self.off = Some("the project holds nested git repositories".into());
+        }
+        if self.watch.is_some() {
+            self.last = Some(tree.clone());
+        }
+    }
 }
 
 /// The per-project lock, held across a snapshot (or an undo's two snapshots and restore).
@@ -263,6 +368,8 @@ pub struct Receipts {
     projects: Mutex<HashMap<PathBuf, Arc<Project>>>,
     records: Mutex<BTreeMap<u64, Arc<Record>>>,
     next_id: AtomicU64,
+    /// The inotify watches and instances the projects' watches may take.
+    budget: Arc<watch::Budget>,
 }
 
 impl Receipts {
@@ -276,11 +383,17 @@ impl Receipts {
             projects: Mutex::new(HashMap::new()),
             records: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
+            budget: watch::Budget::of_system(),
         }
     }
 
     pub fn enabled(&self) -> bool {
         self.settings.enabled
+    }
+
+    /// Receipts are on and watch the projects' folders (`[changes] watch`).
+    pub fn watching(&self) -> bool {
+        self.settings.enabled && self.settings.watch
     }
 
     fn bin(&self) -> PathBuf {
@@ -500,7 +613,7 @@ impl Receipts {
         &self,
         project: &Arc<Project>,
         may_defer: bool,
-    ) -> Result<(Held, Tree), String> {
+    ) -> Result<(Held, Arc<Tree>), String> {
         let deadline = Instant::now() + self.settings.budget();
         let held = self.acquire(project, deadline).await?;
         if !held.guard.ready {
@@ -514,10 +627,20 @@ impl Receipts {
         &self,
         project: &Arc<Project>,
         mut held: Held,
-    ) -> Result<(Held, Tree), String> {
+    ) -> Result<(Held, Arc<Tree>), String> {
         let deadline = Instant::now() + self.settings.budget();
         let root = project.git.root.display().to_string();
-        match add_all(&project.git, deadline).await {
+        let specs = match self.plan(project, &mut held).await {
+            Plan::Reuse(tree) => return Ok((held, tree)),
+            Plan::Paths(specs) => Some(specs),
+            Plan::Full => None,
+        };
+        let mut added = add_all(&project.git, deadline, specs.as_deref()).await;
+        if specs.is_some() && matches!(added, Err(AddError::Failed(_))) {
+            // A spec git refused (a folder gone meanwhile): the whole tree, as without a watch.
+            added = add_all(&project.git, deadline, None).await;
+        }
+        match added {
             Ok(()) => {}
             Err(AddError::Slow(slow)) => {
                 slow.kill().await;
@@ -536,12 +659,28 @@ impl Receipts {
                 return Err(e);
             }
         }
-        let tree = read_tree(&project.git).await?;
+        let tree = Arc::new(read_tree(&project.git).await?);
         if let Err(reason) = self.within_limits(&root, &tree) {
             held.guard.off = Some(reason.clone());
             return Err(reason);
         }
+        held.guard.tracker.taken(&tree);
         Ok((held, tree))
+    }
+
+    /// What the next snapshot must read, from the project's watch (see [`Tracker::plan`]).
+    async fn plan(&self, project: &Arc<Project>, held: &mut Held) -> Plan {
+        let mut tracker = std::mem::take(&mut held.guard.tracker);
+        let (git, enabled, budget) =
+            (project.git.clone(), self.settings.watch, self.budget.clone());
+        let (tracker, plan) = tokio::task::spawn_blocking(move || {
+            let plan = tracker.plan(&git, enabled, &budget);
+            (tracker, plan)
+        })
+        .await
+        .unwrap_or_else(|_| (Tracker::default(), Plan::Full));
+        held.guard.tracker = tracker;
+        plan
     }
 
     fn within_limits(&self, root: &str, tree: &Tree) -> Result<(), String> {
@@ -573,11 +712,12 @@ impl Receipts {
         held: Held,
         deadline: Instant,
         may_defer: bool,
-    ) -> Result<(Held, Tree), String> {
-        let limits = (self.settings.max_files, self.settings.max_bytes);
+    ) -> Result<(Held, Arc<Tree>), String> {
+        let limits = (self.settings.max_files, self.settings.max_bytes, self.settings.watch);
+        let budget = self.budget.clone();
         let git = project.git.clone();
         project.indexing.store(true, Ordering::Release);
-        let mut task = tokio::spawn(first_snapshot(git, held, limits));
+        let mut task = tokio::spawn(first_snapshot(git, held, limits, budget));
         let done = if may_defer {
             match tokio::time::timeout_at(deadline.into(), &mut task).await {
                 Ok(done) => done,
@@ -620,13 +760,15 @@ impl Receipts {
         }
         let git = project.git.clone();
         let (init, is_git, exclude) = (guard.init, project.is_git, guard.project_exclude.clone());
+        let user_file = guard.excludes_file.clone();
         let own = self.own_dirs.clone();
         let prepared = tokio::task::spawn_blocking(move || -> Result<_, (String, bool)> {
-            let mut exclude = exclude;
+            let (mut exclude, mut user_file) = (exclude, user_file);
             if !init {
                 let (excludes_file, info) = store::user_ignores(&git.bin, &git.root, is_git);
                 store::init(&git, excludes_file.as_deref()).map_err(|e| (e, true))?;
                 exclude = info;
+                user_file = excludes_file;
             }
             let flock = store::lock(&git.shadow, deadline).map_err(|e| (e, false))?;
             store::clear_stale_lock(&git.shadow);
@@ -639,15 +781,25 @@ impl Receipts {
                     (!rel.as_os_str().is_empty()).then(|| format!("/{}/", rel.display()))
                 })
                 .collect();
-            store::sync_excludes(&git.shadow, exclude.as_deref(), &extra).map_err(|e| (e, true))?;
-            Ok((flock, exclude))
+            let rewritten = store::sync_excludes(&git.shadow, exclude.as_deref(), &extra)
+                .map_err(|e| (e, true))?;
+            // The user's own ignore file is named in our config, not copied: its content is
+            // compared here, so that the watch hears of new rules.
+            #[allow(clippy::disallowed_methods)] // under spawn_blocking
+            let user_rules = user_file.as_ref().and_then(|f| std::fs::read(f).ok());
+            Ok((flock, exclude, user_file, user_rules, rewritten))
         })
         .await
         .map_err(|e| e.to_string())?;
         match prepared {
-            Ok((flock, exclude)) => {
+            Ok((flock, exclude, user_file, user_rules, rewritten)) => {
+                if init && (rewritten || user_rules != guard.excludes_seen) {
+                    guard.tracker.stale = true;
+                }
                 guard.init = true;
                 guard.project_exclude = exclude;
+                guard.excludes_file = user_file;
+                guard.excludes_seen = user_rules;
                 Ok(Held { guard, _flock: flock })
             }
             Err((reason, permanent)) => {
@@ -723,11 +875,26 @@ impl Slow {
 }
 
 /// `git add -A` into the shadow index, waited for until `deadline`.
-async fn add_all(git: &Git, deadline: Instant) -> Result<(), AddError> {
+/// With `specs`, only what they name (glob path specs of [`watch::specs`]).
+async fn add_all(
+    git: &Git,
+    deadline: Instant,
+    specs: Option<&[std::ffi::OsString]>,
+) -> Result<(), AddError> {
     let mut cmd = git.command();
-    cmd.args(["add", "-A", "--", "."])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
+    match specs {
+        Some(specs) => {
+            // Preloading stats every file of the index in threads, path specs or not: the
+            // few folders named are cheaper to stat on one thread.
+            cmd.env("GIT_LITERAL_PATHSPECS", "0")
+                .args(["-c", "core.preloadIndex=false", "add", "-A", "--"])
+                .args(specs);
+        }
+        None => {
+            cmd.args(["add", "-A", "--", "."]);
+        }
+    }
+    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
     let mut cmd = tokio::process::Command::from(cmd);
     // Owned: the backend's reaper of adopted orphans must not take its exit status.
     let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
@@ -770,8 +937,9 @@ async fn add_all(git: &Git, deadline: Instant) -> Result<(), AddError> {
 async fn first_snapshot(
     git: Git,
     mut held: Held,
-    (max_files, max_bytes): (u64, u64),
-) -> (Held, Result<Tree, String>) {
+    (max_files, max_bytes, watch): (u64, u64, bool),
+    budget: Arc<watch::Budget>,
+) -> (Held, Result<Arc<Tree>, String>) {
     let root = git.root.display().to_string();
     let end = Instant::now() + FIRST_SNAPSHOT_MAX;
     let result = async {
@@ -792,7 +960,16 @@ async fn first_snapshot(
                 ));
             }
         }
-        match add_all(&git, end).await {
+        // The watch starts before the snapshot: what changes after it is in its queue.
+        let mut tracker = std::mem::take(&mut held.guard.tracker);
+        let g = git.clone();
+        held.guard.tracker = tokio::task::spawn_blocking(move || {
+            let _ = tracker.plan(&g, watch, &budget);
+            tracker
+        })
+        .await
+        .unwrap_or_default();
+        match add_all(&git, end, None).await {
             Ok(()) => {}
             Err(AddError::Failed(e)) => return Err(e),
             Err(AddError::Slow(slow)) => {
@@ -818,11 +995,14 @@ async fn first_snapshot(
                 "{root} holds {bytes} bytes, over changes.max_bytes ({max_bytes})"
             ));
         }
-        Ok(tree)
+        Ok(Arc::new(tree))
     }
     .await;
     match &result {
-        Ok(_) => held.guard.ready = true,
+        Ok(tree) => {
+            held.guard.ready = true;
+            held.guard.tracker.taken(tree);
+        }
         Err(e) => held.guard.off = Some(e.clone()),
     }
     (held, result)

@@ -16,6 +16,7 @@ local log = require('agent_bash.log')
 ---@field session_id? string
 ---@field warmed? boolean the prewarmed bang shell is ready
 ---@field changes? boolean change receipts (SPEC §13) are on in the backend's settings
+---@field changes_watch? boolean receipts watch the projects' folders (`[changes] watch`)
 ---@field fence? string the sandbox of tool calls and the kernel's Landlock support
 ---@field fence_ok? boolean false when tool calls are to be fenced but the kernel cannot
 
@@ -285,6 +286,7 @@ function H.start()
     fence = hello.fence,
     fence_ok = hello.fence_ok,
     changes = hello.changes,
+    changes_watch = hello.changes_watch,
   }
   log.info('backend %s (pid %s) on channel %d, artifacts in %s', tostring(hello.version), tostring(hello.pid), chan, tostring(hello.session_dir))
   if hello.version ~= version and not H.warned_version then

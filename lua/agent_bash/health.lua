@@ -74,7 +74,8 @@ end
 --- Change receipts, undo and diff (SPEC §13): the git they need, and whether they are on.
 function H.changes(health, backend)
   health.start('agent-bash: change receipts (:AgentBashUndo, :AgentBashDiff)')
-  local on = backend.info().changes
+  local info = backend.info()
+  local on = info.changes
   if vim.fn.executable('git') == 1 then
     local out = vim.fn.system({ 'git', '--version' })
     health.ok('git: ' .. vim.trim(out) .. ' (' .. vim.fn.exepath('git') .. ')')
@@ -85,6 +86,13 @@ function H.changes(health, backend)
   end
   if on == true then
     health.ok('receipts are on (settings file: [changes] enabled = false turns them off)')
+    local limit = vim.fn.filereadable('/proc/sys/fs/inotify/max_user_watches') == 1
+      and vim.trim(vim.fn.readfile('/proc/sys/fs/inotify/max_user_watches')[1] or '')
+    if info.changes_watch then
+      health.ok(('only changed folders are re-read: inotify watches the project folders (limit: fs.inotify.max_user_watches = %s)'):format(limit or '?'))
+    else
+      health.info('every snapshot reads the whole project ([changes] watch = false)')
+    end
   elseif on == false then
     health.info('receipts are off ([changes] enabled = false in the settings file)')
   else

@@ -53,6 +53,14 @@ impl Tree {
             .map(|i| &self.entries[i].1)
     }
 
+    /// Some file of the tree lies in directory `dir` (relative, not empty).
+    pub fn holds_dir(&self, dir: &[u8]) -> bool {
+        let mut prefix = dir.to_vec();
+        prefix.push(b'/');
+        let i = self.entries.partition_point(|(p, _)| p.as_slice() < prefix.as_slice());
+        self.entries.get(i).is_some_and(|(p, _)| p.starts_with(&prefix))
+    }
+
     pub fn total_bytes(&self) -> u64 {
         self.entries.iter().map(|(_, e)| u64::from(e.size)).sum()
     }
@@ -263,6 +271,24 @@ pub fn output_owned(mut cmd: Command) -> std::io::Result<std::process::Output> {
     out
 }
 
+/// Runs `cmd` with `input` on its stdin (written from a thread of its own, so a full output
+/// pipe cannot block the writer) and returns its output. The child is owned, as in
+/// [`output_owned`].
+pub fn output_with_input(mut cmd: Command, input: Vec<u8>) -> Result<std::process::Output, String> {
+    cmd.stdin(Stdio::piped());
+    let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| Some(c.id() as i32))
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    let pid = child.id() as i32;
+    let mut stdin = child.stdin.take().ok_or("git: no stdin")?;
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output();
+    crate::shell::procs::disown_child(pid);
+    let _ = writer.join();
+    out.map_err(|e| format!("git: {e}"))
+}
+
 /// Creates the shadow store when missing: a bare repository with our config and attributes.
 /// `excludes_file` is the user's `core.excludesFile`, when set.
 pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
@@ -332,12 +358,12 @@ pub fn user_ignores(bin: &Path, root: &Path, is_git: bool) -> (Option<PathBuf>, 
 
 /// Brings our `info/exclude` up to date: the project's own `info/exclude`, and the state
 /// directory when it lies inside the project (our store must never snapshot itself).
-/// Writes only when the content changed.
+/// Writes only when the content changed, and says whether it did.
 pub fn sync_excludes(
     shadow: &Path,
     project_exclude: Option<&Path>,
     extra: &[String],
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let mut want = Vec::new();
     if let Some(p) = project_exclude {
         if let Ok(bytes) = std::fs::read(p) {
@@ -351,9 +377,11 @@ pub fn sync_excludes(
     }
     let path = shadow.join("info/exclude");
     if std::fs::read(&path).ok().as_deref() == Some(want.as_slice()) {
-        return Ok(());
+        return Ok(false);
     }
-    std::fs::write(&path, want).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    std::fs::write(&path, want)
+        .map(|()| true)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Reads the snapshot `git add -A` left in our index.
@@ -402,27 +430,14 @@ pub fn blobs(git: &Git, oids: &[String]) -> Result<Vec<Vec<u8>>, String> {
         return Ok(Vec::new());
     }
     let mut cmd = git.command();
-    cmd.args(["cat-file", "--batch"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| Some(c.id() as i32))
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    let pid = child.id() as i32;
+    cmd.args(["cat-file", "--batch"]).stdout(Stdio::piped()).stderr(Stdio::null());
     let mut input = String::new();
     for oid in oids {
         input.push_str(oid);
         input.push('\n');
     }
-    let mut stdin = child.stdin.take().ok_or("git cat-file: no stdin")?;
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
-    });
-    #[allow(clippy::disallowed_methods)] // under spawn_blocking
-    let out = child.wait_with_output();
-    crate::shell::procs::disown_child(pid);
-    let out = out.map_err(|e| format!("git cat-file: {e}"))?;
-    let _ = writer.join();
+    let out =
+        output_with_input(cmd, input.into_bytes()).map_err(|e| format!("git cat-file: {e}"))?;
     let data = out.stdout;
     let mut blobs = Vec::with_capacity(oids.len());
     let mut at = 0;

@@ -149,6 +149,7 @@ impl Handler for Backend {
                     ("pid", Value::from(std::process::id())),
                     ("session_dir", Value::from(self.rt.store().dir().to_string_lossy().as_ref())),
                     ("changes", Value::from(self.rt.changes().enabled())),
+                    ("changes_watch", Value::from(self.rt.changes().watching())),
                     ("fence", Value::from(self.rt.fence_report().as_str())),
                     ("fence_ok", Value::from(self.rt.fence_usable())),
                 ]))

@@ -403,3 +403,96 @@ async fn changes_of_overlapping_runs_are_serialized_and_complete() {
     );
     rpc.stop().await;
 }
+
+/// One step of [`changes_seen_by_the_watch_equal_full_snapshots`]: what the test does to the
+/// files first (outside any run), the command, and the receipt it must get.
+type Step = (fn(&Path, &Path), &'static str, &'static [(&'static str, &'static str)]);
+
+fn nothing(_: &Path, _: &Path) {}
+
+/// The receipts of a long-lived backend, whose warm snapshots re-read only the folders its
+/// watch saw change, equal those of full snapshots (`watch = false`), and both equal what
+/// happened, through new, moved and removed folders, ignore rules that change (a
+/// `.gitignore`, `.git/info/exclude`, the user's excludes file), folders ignored at start,
+/// empty ones, glob characters in names, and edits made between runs (never reported).
+#[tokio::test]
+async fn changes_seen_by_the_watch_equal_full_snapshots() {
+    let steps: &[Step] = &[
+        (nothing, "mkdir -p n/m && echo 1 > n/m/f", &[("n/m/f", "added")]),
+        (nothing, "echo 2 > n/m/f", &[("n/m/f", "modified")]),
+        (
+            nothing,
+            "mkdir -p build/x && echo 1 > build/x/o && echo 1 > build.txt",
+            &[("build.txt", "added")],
+        ),
+        (|p, _| write(&p.join("a.txt"), "by hand\n"), "true", &[]),
+        (nothing, "cat a.txt >/dev/null", &[]),
+        (nothing, "mv n m2", &[("m2/m/f", "added"), ("n/m/f", "deleted")]),
+        (nothing, "echo 3 > m2/m/f", &[("m2/m/f", "modified")]),
+        (nothing, "rm -r m2", &[("m2/m/f", "deleted")]),
+        (nothing, "echo 1 > empty/f", &[("empty/f", "added")]),
+        (nothing, "echo 1 > onlylog/y.txt", &[("onlylog/y.txt", "added")]),
+        (nothing, "mkdir 'we*rd [d]' && echo 1 > 'we*rd [d]/f'", &[("we*rd [d]/f", "added")]),
+        (
+            nothing,
+            "echo 2 > 'we*rd [d]/f'; echo 2 > keep/x",
+            &[("keep/x", "modified"), ("we*rd [d]/f", "modified")],
+        ),
+        (
+            nothing,
+            "printf '*.log\\n' > .gitignore",
+            &[(".gitignore", "modified"), ("build/x/o", "added")],
+        ),
+        (nothing, "echo 2 > build/x/o", &[("build/x/o", "modified")]),
+        (
+            |_, home| write(&home.join("global-ignore"), "\n"),
+            "echo 2 > cache.tmp/a",
+            &[("cache.tmp/a", "modified")],
+        ),
+        (
+            |p, _| write(&p.join(".git/info/exclude"), "\n"),
+            "echo 2 > secret.txt",
+            &[("secret.txt", "modified")],
+        ),
+        (
+            nothing,
+            "mkdir -p deep/a/b/c && touch deep/a/b/c/f && mv deep/a deep/z",
+            &[("deep/z/b/c/f", "added")],
+        ),
+        (nothing, "echo 1 > deep/z/b/c/f; rm -r deep", &[("deep/z/b/c/f", "deleted")]),
+    ];
+    let mut seen: Vec<Vec<Vec<(String, String)>>> = Vec::new();
+    for watch in [true, false] {
+        let home = tempfile::tempdir().unwrap();
+        let repo = repo(home.path());
+        let p = repo.path();
+        // Present before the backend starts: an empty folder, one holding only ignored files,
+        // files the excludes hide.
+        std::fs::create_dir(p.join("empty")).unwrap();
+        write(&p.join("onlylog/x.log"), "log\n");
+        write(&p.join("cache.tmp/a"), "1\n");
+        write(&p.join("secret.txt"), "1\n");
+        let config = format!("{CONFIG}watch = {watch}\n");
+        let mut rpc = Rpc::start_env(
+            tempfile::tempdir().unwrap(),
+            Some(&config),
+            &[],
+            &[("HOME", home.path().to_str().unwrap())],
+        )
+        .await;
+        let cwd = p.to_str().unwrap();
+        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+        assert_eq!(r["changesCount"], 0, "{r}");
+        let mut got = Vec::new();
+        for (i, (before, command, want)) in steps.iter().enumerate() {
+            before(p, home.path());
+            let r = rpc.tool(json!({"cwd": cwd, "command": command})).await;
+            let changes = changes(&r);
+            assert_eq!(changes, pairs(want), "watch = {watch}, step {i} `{command}`: {r}");
+            got.push(changes);
+        }
+        seen.push(got);
+        rpc.stop().await;
+    }
+    assert_eq!(seen[0], seen[1]);
+}

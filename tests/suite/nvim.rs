@@ -388,6 +388,8 @@ async fn nvim_checkhealth_reports_versions_and_ping() {
         "log file: ",
         "ping: pong",
         "sandbox: tool calls: off (Landlock ABI ",
+        "receipts are on",
+        "only changed folders are re-read: inotify watches the project folders (limit: fs.inotify.max_user_watches = ",
     ] {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
