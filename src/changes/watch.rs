@@ -232,8 +232,11 @@ impl Watch {
                 }
                 let id = ev.wd.get_watch_descriptor_id();
                 if ev.mask.contains(EventMask::IGNORED) {
-                    if self.dirs.remove(&id).is_some() {
+                    if let Some((_, dir)) = self.dirs.remove(&id) {
                         self.budget.dirs.fetch_add(1, Ordering::AcqRel);
+                        if dir.is_empty() {
+                            everything = Some("the project folder was removed".into());
+                        }
                     }
                     continue;
                 }
