@@ -246,9 +246,13 @@ impl RpcProc {
         RpcProc { child, stdin, out, _state: state }
     }
 
+    /// One request line in one write, as a client sends it (two writes would wake the backend
+    /// twice for one request).
     fn send(&mut self, line: &str) {
-        self.stdin.write_all(line.as_bytes()).unwrap();
-        self.stdin.write_all(b"\n").unwrap();
+        let mut buf = Vec::with_capacity(line.len() + 1);
+        buf.extend_from_slice(line.as_bytes());
+        buf.push(b'\n');
+        self.stdin.write_all(&buf).unwrap();
         self.stdin.flush().unwrap();
     }
 
@@ -560,9 +564,13 @@ impl McpProc {
         p
     }
 
+    /// One request line in one write, as a client sends it (two writes would wake the backend
+    /// twice for one request).
     fn send(&mut self, line: &str) {
-        self.stdin.write_all(line.as_bytes()).unwrap();
-        self.stdin.write_all(b"\n").unwrap();
+        let mut buf = Vec::with_capacity(line.len() + 1);
+        buf.extend_from_slice(line.as_bytes());
+        buf.push(b'\n');
+        self.stdin.write_all(&buf).unwrap();
         self.stdin.flush().unwrap();
     }
 
@@ -895,7 +903,7 @@ fn bench_pty(runs: usize) {
             format!("{:.0} MB/s", mbps(bytes, o)),
             format!("{:.0} MB/s", mbps(bytes, b)),
             b.as_secs_f64() / o.as_secs_f64(),
-            if name == "coloured lines" { "" } else { "≥ 0.8×" },
+            "≥ 0.8×",
         );
     }
 }

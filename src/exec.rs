@@ -272,12 +272,14 @@ impl Runtime {
             // Remote files are not this machine's: no local change receipt.
             return self.remote_path(req, profile, cancel, on_update).await;
         }
-        let receipt = match (self.changes.enabled(), self.precheck(&req)) {
-            (true, Ok(None)) => match validate::resolve_cwd(&self.base_dir, req.cwd.as_deref()) {
+        // The precheck only decides whether a receipt starts: with receipts off it is skipped.
+        let receipt = if self.changes.enabled() && matches!(self.precheck(&req), Ok(None)) {
+            match validate::resolve_cwd(&self.base_dir, req.cwd.as_deref()) {
                 Ok(cwd) => self.changes.begin(&cwd).await,
                 Err(_) => crate::changes::Begin::Off,
-            },
-            _ => crate::changes::Begin::Off,
+            }
+        } else {
+            crate::changes::Begin::Off
         };
         let (command, note) = (req.command.clone(), req.origin == Origin::Tool);
         let mut r = self.run_pipeline(req, cancel, on_update, hooks).await?;
@@ -408,7 +410,8 @@ impl Runtime {
         let limits = &self.settings.limits;
         let mut feed = Feed::new(self, &norm, req.display, on_update);
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
-        let meter = slot.shell.as_ref().map(|sh| crate::resources::Meter::start(sh.pid()));
+        feed.meter =
+            slot.shell.as_ref().map(|sh| crate::resources::Meter::start(sh.pid(), sh.cpu_probe()));
         let run_started = Instant::now();
         let end = match slot.shell.as_mut() {
             Some(shell) => shell.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await,
@@ -424,6 +427,7 @@ impl Runtime {
                 .await
             }
         };
+        let meter = feed.meter.take();
         let sink = feed.finish();
         let alive = matches!(&end, Ok(e) if matches!(e.ending, Ending::Done(_)));
         let resources = match meter {
@@ -718,6 +722,8 @@ pub(crate) struct Feed {
     dirty: bool,
     /// When the head part of a head-only run became complete (SPEC §1 early close).
     head_complete_at: Option<Instant>,
+    /// The receipt of a pipe run, sampled as the output moves or pauses.
+    meter: Option<crate::resources::Meter>,
 }
 
 impl Feed {
@@ -746,6 +752,7 @@ impl Feed {
             on_update,
             dirty: false,
             head_complete_at: None,
+            meter: None,
         }
     }
 
@@ -820,11 +827,17 @@ impl shell::OutputSink for Feed {
     fn data(&mut self, bytes: &[u8]) -> bool {
         self.push(bytes);
         self.update(None);
+        if let Some(m) = &mut self.meter {
+            m.tick();
+        }
         !self.sink.should_close()
     }
 
     fn idle(&mut self) {
         Feed::idle(self, None);
+        if let Some(m) = &mut self.meter {
+            m.tick();
+        }
     }
 
     fn close_at(&self) -> Option<Instant> {

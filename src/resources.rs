@@ -14,9 +14,11 @@
 //!   command, whole. Background jobs still running are not counted. Resolution: one clock tick
 //!   (10 ms).
 //! - Peak memory: the largest `VmHWM` (a process's own peak resident set, as `ru_maxrss`) among
-//!   the shell's descendants (the members of its cgroup, when it has one), sampled every
-//!   [`SAMPLE_EVERY`] while the command runs, from one period in: a process that lives shorter
-//!   than that may be missed, and a command that ends sooner reports none. (A cgroup's `memory.peak` is not used: it counts
+//!   the shell's descendants (the members of its cgroup, when it has one), sampled at most every
+//!   [`SAMPLE_EVERY`] while the command runs (when its output moves, or after each
+//!   [`crate::shell::local::IDLE_TICK`] of silence), from one period in: a process that lives
+//!   shorter than that may be missed, and a command that ends sooner reports none. (A cgroup's
+//!   `memory.peak` is not used: it counts
 //!   the page cache the command's writes fill, which no process's resident set holds, and it
 //!   needs the memory controller delegated.)
 //!
@@ -27,7 +29,6 @@
 //! Fields the OS could not tell (the shell was killed on timeout, no process was sampled) are
 //! absent.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -133,9 +134,20 @@ pub fn from_rusage(wall: Duration, ru: &libc::rusage) -> Resources {
     }
 }
 
-/// CPU time of a cgroup v2 and everything below it, in microseconds (`cpu.stat`).
-fn cgroup_cpu_usec(dir: &std::path::Path) -> Option<Cpu> {
-    let stat = std::fs::read_to_string(dir.join("cpu.stat")).ok()?;
+/// CPU time of a cgroup v2 and everything below it, in microseconds (`cpu.stat`, read again
+/// from its start through a descriptor kept open: the kernel renders it anew on each read).
+fn cgroup_cpu_usec(stat: &std::fs::File) -> Option<Cpu> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 2048];
+    let mut len = 0;
+    while len < buf.len() {
+        match stat.read_at(&mut buf[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(_) => return None,
+        }
+    }
+    let stat = std::str::from_utf8(&buf[..len]).ok()?;
     let field = |name: &str| {
         stat.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
@@ -143,75 +155,104 @@ fn cgroup_cpu_usec(dir: &std::path::Path) -> Option<Cpu> {
     Some(Cpu { user: field("user_usec")?, sys: field("system_usec")? })
 }
 
+/// Where the CPU time of one shell session is read, found once when the shell starts (a
+/// command's round trip then costs two reads of an open file, not a look at `/proc`).
+#[derive(Debug, Clone, Default)]
+pub struct CpuProbe {
+    /// The session's own cgroup v2 and its open `cpu.stat`.
+    cgroup: Option<(std::path::PathBuf, Arc<std::fs::File>)>,
+}
+
+impl CpuProbe {
+    /// The probe of the shell `pid`: its session cgroup when it has one of its own
+    /// ([`crate::shell::procs::session_cgroup_of`]), else `/proc/<pid>/stat` at each look.
+    pub fn of(pid: i32) -> CpuProbe {
+        let cgroup = crate::shell::procs::session_cgroup_of(pid).and_then(|dir| {
+            let file = std::fs::File::open(dir.join("cpu.stat")).ok()?;
+            Some((dir, Arc::new(file)))
+        });
+        CpuProbe { cgroup }
+    }
+}
+
 /// Where a [`Meter`] reads CPU time.
 #[derive(Debug)]
 enum CpuSource {
     /// The shell session's own cgroup v2 (µs).
-    Cgroup(std::path::PathBuf, Option<Cpu>),
+    Cgroup(Arc<std::fs::File>, Option<Cpu>),
     /// `/proc/<shell>/stat` (clock ticks).
     Proc(Option<Cpu>),
 }
 
 /// Measures one command run by the shell `pid`: start it right before sending the command,
-/// [`finish`](Self::finish) it once the shell reported the command done.
+/// [`tick`](Self::tick) it whenever the command's output moves or pauses (the peak-memory
+/// samples are taken there, at most every [`SAMPLE_EVERY`], so a quick command costs no timer
+/// and no task), [`finish`](Self::finish) it once the shell reported the command done.
 #[derive(Debug)]
 pub struct Meter {
     pid: i32,
     started: Instant,
     before: CpuSource,
-    peak: Arc<AtomicU64>,
-    sampler: tokio::task::JoinHandle<()>,
+    peak: u64,
+    /// The session's own cgroup, whose members are the command's processes.
+    members: Option<std::path::PathBuf>,
+    next_sample: Instant,
 }
 
 impl Meter {
-    pub fn start(pid: i32) -> Meter {
-        let peak = Arc::new(AtomicU64::new(0));
-        let seen = peak.clone();
-        let cgroup = crate::shell::procs::session_cgroup_of(pid);
-        let members = cgroup.clone();
-        let sampler = tokio::spawn(async move {
-            // The first look is one period in: a command that ends sooner costs no sampling at
-            // all (a walk of `/proc` is hundreds of system calls on a busy machine), and its
-            // processes would rarely have been caught anyway.
-            let first = tokio::time::Instant::now() + SAMPLE_EVERY;
-            let mut tick = tokio::time::interval_at(first, SAMPLE_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                // With a cgroup of its own, the session's members are listed there.
-                let pids = match &members {
-                    Some(dir) => {
-                        let mut pids = crate::shell::procs::cgroup_pids(dir);
-                        pids.retain(|&p| p != pid);
-                        pids
-                    }
-                    None => descendants(pid),
-                };
-                for p in pids {
-                    if let Some(kib) = vm_hwm_kib(p) {
-                        seen.fetch_max(kib, Ordering::Relaxed);
-                    }
-                }
-            }
-        });
-        let before = match cgroup {
-            Some(dir) => {
-                let cpu = cgroup_cpu_usec(&dir);
-                CpuSource::Cgroup(dir, cpu)
+    pub fn start(pid: i32, probe: &CpuProbe) -> Meter {
+        let before = match &probe.cgroup {
+            Some((_, stat)) => {
+                let cpu = cgroup_cpu_usec(stat);
+                CpuSource::Cgroup(stat.clone(), cpu)
             }
             None => CpuSource::Proc(cpu_of(pid)),
         };
-        Meter { pid, started: Instant::now(), before, peak, sampler }
+        let started = Instant::now();
+        Meter {
+            pid,
+            started,
+            before,
+            peak: 0,
+            members: probe.cgroup.as_ref().map(|(dir, _)| dir.clone()),
+            // The first look is one period in: a command that ends sooner costs no sampling at
+            // all (a walk of `/proc` is hundreds of system calls on a busy machine), and its
+            // processes would rarely have been caught anyway.
+            next_sample: started + SAMPLE_EVERY,
+        }
+    }
+
+    /// Samples the peak memory of the command's processes when a period has passed since the
+    /// last look. Cheap otherwise (one clock read): call it as often as convenient.
+    pub fn tick(&mut self) {
+        let now = Instant::now();
+        if now < self.next_sample {
+            return;
+        }
+        self.next_sample = now + SAMPLE_EVERY;
+        // With a cgroup of its own, the session's members are listed there.
+        let pids = match &self.members {
+            Some(dir) => {
+                let mut pids = crate::shell::procs::cgroup_pids(dir);
+                pids.retain(|&p| p != self.pid);
+                pids
+            }
+            None => descendants(self.pid),
+        };
+        for p in pids {
+            if let Some(kib) = vm_hwm_kib(p) {
+                self.peak = self.peak.max(kib);
+            }
+        }
     }
 
     /// The receipt. `alive`: the shell survived the command (after a kill its counters are gone).
     pub fn finish(self, alive: bool) -> Resources {
-        self.sampler.abort();
         let wall_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let peak = self.peak.load(Ordering::Relaxed);
+        let peak = self.peak;
         let (before, after, per_second) = match &self.before {
             // A killed session's cgroup may be gone; then nothing is known.
-            CpuSource::Cgroup(dir, b) => (*b, cgroup_cpu_usec(dir).filter(|_| alive), 1_000_000),
+            CpuSource::Cgroup(stat, b) => (*b, cgroup_cpu_usec(stat).filter(|_| alive), 1_000_000),
             CpuSource::Proc(b) => (*b, cpu_of(self.pid).filter(|_| alive), ticks_per_second()),
         };
         let (cpu_user_ms, cpu_sys_ms) = match (before, after) {

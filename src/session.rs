@@ -119,17 +119,26 @@ impl SessionLog {
     #[allow(clippy::disallowed_methods)]
     pub fn append(&self, rec: &BashExecution) -> std::io::Result<()> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        if let Some(dir) = self.path.parent() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-        }
         let mut line = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&self.path)?;
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&self.path)
+        };
+        // The directory exists after the first record: made only when the open says it is not.
+        let mut f = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = self.path.parent() {
+                    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+                }
+                open()?
+            }
+            other => other?,
+        };
         f.write_all(&line)
     }
 

@@ -80,14 +80,16 @@ pub fn start_runtime(settings: Settings, session_id: Option<&str>) -> crate::Res
 }
 
 /// Records a finished bang command in the session's JSONL file (SPEC §10); failures are logged.
-/// The file is written off the runtime thread.
-pub async fn record_bang(
+/// The line is written off the runtime thread, starting now: the caller prepares its answer
+/// meanwhile and awaits [`RecordWrite::done`] before sending it, so whoever got the answer finds
+/// the record on disk.
+pub fn record_bang(
     rt: &Runtime,
     command: &str,
     cwd: &Path,
     result: &crate::result::BashResult,
     exclude: bool,
-) {
+) -> RecordWrite {
     let rec = crate::session::BashExecution::from_result(
         command,
         cwd,
@@ -96,13 +98,22 @@ pub async fn record_bang(
         exclude,
     );
     let log = crate::session::SessionLog::new(rt.store().dir());
-    let command = command.to_string();
-    let _ = tokio::task::spawn_blocking(move || {
+    RecordWrite(tokio::task::spawn_blocking(move || {
         if let Err(e) = log.append(&rec) {
-            tracing::warn!("could not record {command:?} in {}: {e}", log.path().display());
+            tracing::warn!("could not record {:?} in {}: {e}", rec.command, log.path().display());
         }
-    })
-    .await;
+    }))
+}
+
+/// A session record being written ([`record_bang`]).
+#[derive(Debug)]
+pub struct RecordWrite(tokio::task::JoinHandle<()>);
+
+impl RecordWrite {
+    /// Resolves once the record is written (or failed, which is logged).
+    pub async fn done(self) {
+        let _ = self.0.await;
+    }
 }
 
 /// Page size of `get_context` / `history` answers when the request names none, and the largest

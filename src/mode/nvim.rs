@@ -440,6 +440,7 @@ impl Backend {
                         &result,
                         exclude,
                     )
+                    .done()
                     .await;
                 }
                 // With head/tail limits the model sees a selection of the stream, not its end:

@@ -478,13 +478,24 @@ async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
     if let Ok(mut b) = state.bangs.lock() {
         b.remove(&n);
     }
-    if let Ok(r) = &res {
-        let cwd =
-            if cwd.is_empty() { std::env::current_dir().unwrap_or_default() } else { cwd.into() };
-        super::record_bang(&state.rt, &command, &cwd, r, exclude).await;
-    }
+    // The record is written while the answer is made, and is on disk before it is sent.
+    let record = match &res {
+        Ok(r) => {
+            let cwd = if cwd.is_empty() {
+                std::env::current_dir().unwrap_or_default()
+            } else {
+                cwd.into()
+            };
+            Some(super::record_bang(&state.rt, &command, &cwd, r, exclude))
+        }
+        Err(_) => None,
+    };
     let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
-    send(&state.out, response(id.as_ref(), "bash", res)).await;
+    let answer = response(id.as_ref(), "bash", res).to_string();
+    if let Some(record) = record {
+        record.done().await;
+    }
+    let _ = state.out.send(answer).await;
 }
 
 async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
@@ -565,7 +576,7 @@ pub fn camel(v: Value) -> Value {
         Value::Object(m) => Value::Object(
             m.into_iter()
                 .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (camel_key(&k), camel(v)))
+                .map(|(k, v)| (camel_key(k), camel(v)))
                 .collect(),
         ),
         Value::Array(a) => Value::Array(a.into_iter().map(camel).collect()),
@@ -573,6 +584,10 @@ pub fn camel(v: Value) -> Value {
     }
 }
 
-fn camel_key(k: &str) -> String {
-    heck::ToLowerCamelCase::to_lower_camel_case(k)
+fn camel_key(k: String) -> String {
+    // A one-word key (`output`, `cancelled`) is its own camelCase: kept without a rewrite.
+    if k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+        return k;
+    }
+    heck::ToLowerCamelCase::to_lower_camel_case(k.as_str())
 }

@@ -11,11 +11,12 @@
 //!   instead of killing a shell that reads its script from stdin, and a command that reads stdin
 //!   cannot eat the protocol.
 //! * a status fd (a dup of the shell's original stdout, closed for the command itself):
-//!   `S` once the output FIFO is open, `D <seq> <status>` when the foreground part is done.
+//!   `D <seq> <status>` when the foreground part is done.
 //! * the output FIFO (one per command, created by us, opened for reading *before* the command is
-//!   sent): stdout and stderr of the command in one stream, in write order. Because it is a
-//!   separate channel per command, background jobs that keep writing never corrupt the protocol,
-//!   and dropping our read end gives the producer SIGPIPE exactly as `| head` would.
+//!   sent, in fact while the previous command ran): stdout and stderr of the command in one
+//!   stream, in write order. Because it is a separate channel per command, background jobs that
+//!   keep writing never corrupt the protocol, and dropping our read end gives the producer
+//!   SIGPIPE exactly as `| head` would.
 //!
 //! # No command breaks the next one (SPEC §5)
 //! For bash, the protocol line holds no reserved word and every builtin is written `\builtin`:
@@ -65,6 +66,11 @@ const READ_CHUNK: usize = 256 * 1024;
 const PIPE_SIZE: libc::c_int = 1 << 20;
 /// A shell that does not say it is ready within this time is considered broken.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// A command's output FIFO joins the event loop only once the command has run this long;
+/// before, its output is read when the status line comes. A quick command then costs one
+/// wake-up (its status) instead of two (the output's hang-up, then the status) and no epoll
+/// registration; a longer one only starts streaming this much later.
+const QUICK: Duration = Duration::from_millis(3);
 
 /// Where the private runtime directory (FIFOs, the per-command file, snapshots) is made: a
 /// memory file system when there is one we may write, since every command creates a FIFO and
@@ -331,15 +337,22 @@ pub struct Shell {
     /// The read buffer, kept from one command to the next: zeroing [`READ_CHUNK`] bytes for
     /// every command is a measurable part of a builtin's round trip.
     buf: Vec<u8>,
+    /// Bash: the per-command file (see [`Shell::run`]), kept open and rewritten in place, and
+    /// the length of what it holds.
+    cmd_file: Option<(std::fs::File, u64)>,
+    /// The output FIFO of the next command, made while the previous one ran: its sequence
+    /// number, path and read end.
+    next_fifo: Option<(u64, PathBuf, std::os::fd::OwnedFd)>,
+    /// The FIFO of the last finished command, removed while the next one runs (or at the end).
+    stale_fifo: Option<PathBuf>,
+    /// Where this session's CPU time is read (found once, at start).
+    probe: crate::resources::CpuProbe,
 }
 
 /// Shell variables the bash protocol line hands to the driver.
 const VAR_CMD: &str = "__agent_bash_cmd";
 const VAR_CWD: &str = "__agent_bash_cwd";
 const VAR_OLDPWD: &str = "__agent_bash_oldpwd";
-const VAR_SEQ: &str = "__agent_bash_seq";
-/// The fixed part of the bash protocol, sourced by each protocol line.
-const RUN_NAME: &str = "run";
 /// The per-command part of the bash protocol (see [`Shell::run`]).
 const COMMAND_NAME: &str = "cmd";
 /// The driver's file name: what bash names in error messages, as `bash -c` does.
@@ -414,6 +427,10 @@ impl Shell {
             kind,
             driver_dir: None,
             buf: Vec::new(),
+            cmd_file: None,
+            next_fifo: None,
+            stale_fifo: None,
+            probe: crate::resources::CpuProbe::of(pid),
         };
         let mut init = String::new();
         match kind {
@@ -486,6 +503,12 @@ impl Shell {
     ///
     /// After `TimedOut`, `Cancelled` or `ShellExited` the shell is dead; drop it (or call
     /// [`Shell::kill`], which is what the caller does).
+    ///
+    /// The output FIFO is read only when the kernel reports it readable or hung up: a FIFO
+    /// opened for reading with `O_NONBLOCK` reports no hang-up until a writer has come (Linux
+    /// `fifo_open`), so no start marker is needed. When the status line comes, one
+    /// non-blocking read tells whether the output is still held (a background job), already
+    /// closed, or was never opened (the redirection failed).
     pub async fn run(
         &mut self,
         command: &str,
@@ -496,34 +519,21 @@ impl Shell {
     ) -> io::Result<RunEnd> {
         self.seq += 1;
         let seq = self.seq;
-        let fifo = self.fifo_path(seq);
-        make_fifo(&fifo)?;
-        let rx = tokio::net::unix::pipe::OpenOptions::new().open_receiver(&fifo);
-        // The FIFO's name is no longer needed once both ends are open; the shell opens it right
-        // after reading the line, so it is removed when the command is done.
-        let mut rx = match rx {
-            Ok(rx) => {
-                use std::os::fd::AsRawFd;
-                // SAFETY: fcntl on a FIFO we own; failure only leaves the default size.
-                unsafe { libc::fcntl(rx.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
-                Some(rx)
-            }
+        let (fifo, fd) = self.take_fifo(seq)?;
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: fcntl on a FIFO we own; failure only leaves the default size.
+            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+        }
+        let mut rx = Some(OutputEnd::Unwatched(fd));
+        let quick_until = Instant::now() + QUICK;
+        let line = match self.command_line(seq, command, cwd, &fifo) {
+            Ok(line) => line,
             Err(e) => {
                 let _ = std::fs::remove_file(&fifo);
                 return Err(e);
             }
         };
-        let mut line = self.command_line(seq, command, cwd, &fifo);
-        if let Some(dir) = &self.driver_dir {
-            // Bash reads a pipe one byte per read(2) but a sourced file in one: the command
-            // travels in a file and the line only sources it.
-            let file = dir.join(COMMAND_NAME);
-            if let Err(e) = std::fs::write(&file, line.as_bytes()) {
-                let _ = std::fs::remove_file(&fifo);
-                return Err(e);
-            }
-            line = format!("\\builtin . {}\n", quote(&file.to_string_lossy()));
-        }
         let sent = async {
             self.stdin.write_all(line.as_bytes()).await?;
             self.stdin.flush().await
@@ -535,10 +545,11 @@ impl Shell {
             let status = self.wait_exit().await;
             return Ok(RunEnd { ending: Ending::ShellExited(status), closed_early: false });
         }
+        // While the shell works: remove the last command's FIFO and make the next one.
+        self.between_commands(seq + 1);
 
         let mut buf = std::mem::take(&mut self.buf);
         buf.resize(READ_CHUNK, 0);
-        let mut started = false; // the FIFO has a writer: EOF now means "all writers closed"
         let mut eof = false;
         let mut closed_early = false;
         let mut fg: Option<Ending> = None;
@@ -564,7 +575,11 @@ impl Shell {
                 }
                 None => far,
             };
-            let reading = started && !eof && rx.is_some() && !closed_early;
+            let reading = !eof && !closed_early && rx.as_ref().is_some_and(OutputEnd::watched);
+            let tick_at = match &rx {
+                Some(OutputEnd::Unwatched(_)) => quick_until,
+                _ => Instant::now() + IDLE_TICK,
+            };
             let close_at = if reading { out.close_at() } else { None };
             tokio::select! {
                 biased;
@@ -591,13 +606,9 @@ impl Shell {
                         Ok(Some(l)) => {
                             let mut parts = l.split(' ');
                             match (parts.next(), parts.next().and_then(|s| s.parse::<u64>().ok()), parts.next()) {
-                                (Some("S"), None, None) => started = true,
                                 (Some("D"), Some(s), Some(code)) if s == seq => {
                                     fg = Some(Ending::Done(code.parse().unwrap_or(1)));
                                     fg_at = Some(Instant::now());
-                                    // Without a start marker the FIFO was never opened (e.g. the
-                                    // redirection failed): there is nothing to read.
-                                    if !started { eof = true; }
                                 }
                                 _ => tracing::debug!("ignoring status line {l:?}"),
                             }
@@ -606,12 +617,33 @@ impl Shell {
                             let status = self.wait_exit().await;
                             fg = Some(Ending::ShellExited(status));
                             fg_at = Some(Instant::now());
-                            if !started { eof = true; }
+                        }
+                    }
+                    if fg.is_some() && !eof {
+                        let (n, more) = read_now(&rx, &mut buf);
+                        eof = !more;
+                        if n > 0 {
+                            last_data = Instant::now();
+                            if !out.data(&buf[..n]) {
+                                closed_early = true;
+                                rx = None;
+                            }
+                        }
+                        // A background job holds the output: from now on the loop watches it.
+                        if !eof && !watch(&mut rx) {
+                            eof = true;
                         }
                     }
                 }
                 _ = tokio::time::sleep_until(bg_wake.into()), if fg.is_some() => {}
-                _ = tokio::time::sleep(IDLE_TICK), if fg.is_none() => {
+                _ = tokio::time::sleep_until(tick_at.into()), if fg.is_none() => {
+                    if matches!(rx, Some(OutputEnd::Unwatched(_))) {
+                        // The command outlived QUICK: its output is streamed from now on.
+                        if !watch(&mut rx) {
+                            eof = true;
+                        }
+                        continue;
+                    }
                     out.idle();
                     // Every writer closed the output, yet no status came and the shell waits
                     // for its next protocol line: the command turned execution off (`set -n`)
@@ -629,23 +661,81 @@ impl Shell {
             self.kill().await;
             tracing::debug!("killed shell {} in {:?}", self.pid, t.elapsed());
             // Whatever the tree wrote before it died is still in the pipe: keep it.
-            if started && !closed_early {
+            if !closed_early && !eof {
                 let until = Instant::now() + DRAIN_AFTER_KILL;
-                while let Ok(Ok(n)) =
-                    tokio::time::timeout_at(until.into(), read_some(&mut rx, &mut buf)).await
-                {
-                    if n == 0 || !out.data(&buf[..n]) {
+                while Instant::now() < until {
+                    // Nothing held the output, or it was never opened: done without waiting.
+                    let (n, more) = read_now(&rx, &mut buf);
+                    if n > 0 && !out.data(&buf[..n]) {
                         break;
+                    }
+                    if !more {
+                        break;
+                    }
+                    if n == 0 {
+                        if !watch(&mut rx) {
+                            break;
+                        }
+                        match tokio::time::timeout_at(until.into(), read_some(&mut rx, &mut buf))
+                            .await
+                        {
+                            Ok(Ok(n)) if n > 0 => {
+                                if !out.data(&buf[..n]) {
+                                    break;
+                                }
+                            }
+                            _ => break,
+                        }
                     }
                 }
             }
         }
         drop(rx);
         self.buf = buf;
-        let _ = std::fs::remove_file(&fifo);
+        // Removed while the next command runs, or when the shell goes.
+        self.stale_fifo = Some(fifo);
         // Fallback tracking: what the command left running is known before the next one.
         self.group.note();
         Ok(RunEnd { ending, closed_early })
+    }
+
+    /// The output FIFO of command `seq`, open for reading: the one made ahead of time when
+    /// there is one, else a new one.
+    fn take_fifo(&mut self, seq: u64) -> io::Result<(PathBuf, std::os::fd::OwnedFd)> {
+        if let Some((s, path, rx)) = self.next_fifo.take() {
+            if s == seq {
+                return Ok((path, rx));
+            }
+            drop(rx);
+            let _ = std::fs::remove_file(&path);
+        }
+        let path = self.fifo_path(seq);
+        open_fifo(&path).map(|rx| (path, rx))
+    }
+
+    /// Work that would otherwise sit on a command's round trip, done while the shell runs the
+    /// command: removing the previous command's FIFO and making the one of command `next`.
+    fn between_commands(&mut self, next: u64) {
+        if let Some(old) = self.stale_fifo.take() {
+            let _ = std::fs::remove_file(old);
+        }
+        let path = self.fifo_path(next);
+        match open_fifo(&path) {
+            Ok(rx) => self.next_fifo = Some((next, path, rx)),
+            // Tried again (and reported) when that command comes.
+            Err(e) => tracing::debug!("cannot make FIFO {}: {e}", path.display()),
+        }
+    }
+
+    /// Removes the FIFOs made for this shell that are still there.
+    fn remove_fifos(&mut self) {
+        if let Some((_, path, rx)) = self.next_fifo.take() {
+            drop(rx);
+            let _ = std::fs::remove_file(path);
+        }
+        if let Some(old) = self.stale_fifo.take() {
+            let _ = std::fs::remove_file(old);
+        }
     }
 
     /// Waits (briefly) for the shell process to exit and maps its status.
@@ -667,9 +757,16 @@ impl Shell {
         let _ = self.child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
         procs::disown_child(self.pid);
+        self.remove_fifos();
+        self.cmd_file = None;
         if let Some(dir) = self.driver_dir.take() {
             let _ = std::fs::remove_dir_all(dir);
         }
+    }
+
+    /// Where this session's CPU time is read ([`crate::resources::Meter`]).
+    pub fn cpu_probe(&self) -> &crate::resources::CpuProbe {
+        &self.probe
     }
 
     /// The shell's process id (its counters measure the commands it runs, `crate::resources`).
@@ -682,12 +779,13 @@ impl Shell {
         &self.group
     }
 
-    /// Bash: writes this shell's two files into `<runtime>/<pid>.d/`:
-    /// - `run`, the protocol's fixed part, sourced by each (short) protocol line: bash reads its
-    ///   script from a pipe one byte per read(2), but a sourced file in one read;
-    /// - the driver `bash`, one line (so the command's lines are numbered from 1): open the
-    ///   status marker, enter the cwd, restore `OLDPWD`, and run the command with the status fd
-    ///   closed.
+    /// Bash: makes this shell's two files in `<runtime>/<pid>.d/`:
+    /// - the driver `bash`, one line (so the command's lines are numbered from 1): enter the
+    ///   cwd, restore `OLDPWD`, and run the command with the status fd closed;
+    /// - `cmd`, rewritten for each command (kept open): the command's variables and the
+    ///   protocol's fixed part (see [`Shell::command_line`]). Bash reads its script from a pipe
+    ///   one byte per read(2) but a sourced file in one read, so the protocol line only sources
+    ///   it.
     fn write_driver(&mut self, runtime_dir: &Path) -> io::Result<()> {
         if self.kind != ShellKind::Bash {
             return Ok(());
@@ -696,17 +794,15 @@ impl Shell {
         std::fs::create_dir(&dir)?;
         let st = self.status_fd;
         let driver = format!(
-            "\\builtin printf 'S\\n' >&{st};\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin eval \"${VAR_CMD}\" {st}>&-\n"
+            "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin eval \"${VAR_CMD}\" {st}>&-\n"
         );
         std::fs::write(dir.join(DRIVER_NAME), driver)?;
-        // `sourcepath` off makes `.` read the driver from its directory instead of searching
-        // PATH; the FIFO is the one `run` made for this sequence number.
-        let fifo = quote(&self.fifo_path(0).with_extension("").to_string_lossy());
-        let run = format!(
-            "{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin cd -- {dir}&&\\builtin . {DRIVER_NAME} >{fifo}.\"${VAR_SEQ}\" 2>&1 </dev/null;\\builtin printf 'D %s %d\\n' \"${VAR_SEQ}\" $? >&{st}||\\builtin exit 99\n",
-            dir = quote(&dir.to_string_lossy()),
-        );
-        std::fs::write(dir.join(RUN_NAME), run)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join(COMMAND_NAME))?;
+        self.cmd_file = Some((file, 0));
         self.driver_dir = Some(dir);
         Ok(())
     }
@@ -718,33 +814,149 @@ impl Shell {
 
     /// The protocol line that runs `command` in `cwd` with its output into `fifo`.
     ///
-    /// Kept short: bash reads its script from a pipe one byte per read(2).
-    fn command_line(&self, seq: u64, command: &str, cwd: &Path, fifo: &Path) -> String {
+    /// Kept short: bash reads its script from a pipe one byte per read(2). For bash, the
+    /// command's part goes into the `cmd` file first (rewritten in place), and the line only
+    /// sources it.
+    fn command_line(
+        &mut self,
+        seq: u64,
+        command: &str,
+        cwd: &Path,
+        fifo: &Path,
+    ) -> io::Result<String> {
         let st = self.status_fd;
         let cwd = quote(&cwd.to_string_lossy());
         let cmd = quote(command);
-        match &self.driver_dir {
-            // No reserved words, every builtin escaped: see the module docs. The variable part
-            // goes into a file the line sources (read in one go, whatever the command's length).
-            Some(dir) => format!(
-                "{VAR_SEQ}={seq};{VAR_CMD}={cmd};{VAR_CWD}={cwd};\\builtin . {run}\n",
-                run = quote(&dir.join(RUN_NAME).to_string_lossy()),
-            ),
-            None => format!(
-                "{{ builtin printf 'S\\n' >&{st};builtin cd -- {cwd}&&builtin eval {cmd} {st}>&-;}}>{fifo} 2>&1 </dev/null;builtin printf 'D {seq} %d\\n' $? >&{st}||builtin exit 99\n",
-                fifo = quote(&fifo.to_string_lossy()),
-            ),
+        let fifo = quote(&fifo.to_string_lossy());
+        let (Some(dir), Some((file, len))) = (&self.driver_dir, &mut self.cmd_file) else {
+            return Ok(format!(
+                "{{ builtin cd -- {cwd}&&builtin eval {cmd} {st}>&-;}}>{fifo} 2>&1 </dev/null;builtin printf 'D {seq} %d\\n' $? >&{st}||builtin exit 99\n",
+            ));
+        };
+        // No reserved words, every builtin escaped: see the module docs. `sourcepath` off makes
+        // `.` read the driver from its directory instead of searching PATH.
+        let text = format!(
+            "{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin cd -- {d}&&\\builtin . {DRIVER_NAME} >{fifo} 2>&1 </dev/null;\\builtin printf 'D {seq} %d\\n' $? >&{st}||\\builtin exit 99\n",
+            d = quote(&dir.to_string_lossy()),
+        );
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(text.as_bytes(), 0)?;
+        let new_len = text.len() as u64;
+        if new_len < *len {
+            file.set_len(new_len)?;
+        }
+        *len = new_len;
+        Ok(format!("\\builtin . {}\n", quote_path(&dir.join(COMMAND_NAME))))
+    }
+}
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        // A shell dropped without [`Shell::kill`] (its process goes by `kill_on_drop`) leaves
+        // no FIFO behind.
+        self.remove_fifos();
+    }
+}
+
+/// A path as one shell word: bare when it holds only characters no shell treats specially
+/// (one protocol byte fewer per character to read), else quoted.
+fn quote_path(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '+');
+    if !text.is_empty() && text.chars().all(plain) {
+        text.into_owned()
+    } else {
+        quote(&text)
+    }
+}
+
+/// Makes the FIFO `path` (mode 0600) and opens its read end, non-blocking (not yet watched by
+/// the event loop: see [`OutputEnd`]).
+fn open_fifo(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    make_fifo(path)?;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map(std::os::fd::OwnedFd::from)
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(path);
+        })
+}
+
+/// The read end of a command's output FIFO (non-blocking).
+#[derive(Debug)]
+enum OutputEnd {
+    /// Not registered with the event loop: read only by [`read_now`] (see [`QUICK`]).
+    Unwatched(std::os::fd::OwnedFd),
+    /// Watched by the event loop.
+    Watched(tokio::net::unix::pipe::Receiver),
+}
+
+impl OutputEnd {
+    fn watched(&self) -> bool {
+        matches!(self, OutputEnd::Watched(_))
+    }
+
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            OutputEnd::Unwatched(fd) => fd.as_raw_fd(),
+            OutputEnd::Watched(rx) => rx.as_raw_fd(),
         }
     }
 }
 
-async fn read_some(
-    rx: &mut Option<tokio::net::unix::pipe::Receiver>,
-    buf: &mut [u8],
-) -> io::Result<usize> {
+/// Registers the output with the event loop if it is not yet. False when that fails (the
+/// output is then dropped: its writers get SIGPIPE rather than block forever).
+fn watch(rx: &mut Option<OutputEnd>) -> bool {
+    match rx.take() {
+        Some(OutputEnd::Unwatched(fd)) => {
+            match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+                Ok(r) => {
+                    *rx = Some(OutputEnd::Watched(r));
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!("cannot watch a command's output: {e}");
+                    false
+                }
+            }
+        }
+        other => {
+            *rx = other;
+            true
+        }
+    }
+}
+
+/// One read of the output that does not wait: `(bytes read, more may come)`. `more` is false
+/// at end of file (no writer holds the FIFO: all closed, or none ever opened it) or when the
+/// output is already closed; true when bytes came or a writer holds it without writing.
+fn read_now(rx: &Option<OutputEnd>, buf: &mut [u8]) -> (usize, bool) {
+    let Some(rx) = rx else { return (0, false) };
+    loop {
+        // SAFETY: a read into our own buffer from a descriptor we own (non-blocking).
+        let n = unsafe { libc::read(rx.raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            return (n as usize, true);
+        }
+        if n == 0 {
+            return (0, false);
+        }
+        match io::Error::last_os_error().kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => return (0, true),
+            _ => return (0, false),
+        }
+    }
+}
+
+async fn read_some(rx: &mut Option<OutputEnd>, buf: &mut [u8]) -> io::Result<usize> {
     match rx {
-        Some(rx) => rx.read(buf).await,
-        None => std::future::pending().await,
+        Some(OutputEnd::Watched(rx)) => rx.read(buf).await,
+        _ => std::future::pending().await,
     }
 }
 
