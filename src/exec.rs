@@ -133,7 +133,7 @@ pub struct Runtime {
     remote: remote_path::Pool,
     /// Change receipts and undo (SPEC §13).
     changes: Arc<crate::changes::Receipts>,
-    _runtime_dir: tempfile::TempDir,
+    _runtime_dir: crate::shell::rundir::RunDir,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -148,12 +148,9 @@ impl Runtime {
     pub fn new(settings: Settings, session_dir: PathBuf, base_dir: PathBuf) -> Result<Runtime> {
         let shell = settings.resolve_shell();
         let prefix = settings.resolve_prefix()?;
-        let mut runtime = tempfile::Builder::new();
-        runtime.prefix("agent-bash-");
-        let runtime_dir = match runtime.tempdir_in(shell::runtime_base()) {
-            Ok(dir) => dir,
-            Err(_) => runtime.tempdir()?,
-        };
+        let base = shell::runtime_base();
+        let runtime_dir = crate::shell::rundir::RunDir::create(&base)?;
+        runtime_dir.sweep_in_background(base);
         let bang_env = command_env(&settings, &shell);
         let env = bang_env
             .iter()

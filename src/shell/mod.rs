@@ -19,6 +19,9 @@ pub mod local;
 #[allow(clippy::disallowed_methods)]
 pub mod procs;
 pub mod remote;
+// Made once at start; the sweep runs in a thread of its own.
+#[allow(clippy::disallowed_methods)]
+pub mod rundir;
 // Capturing the user's rc waits up to 10 s for a shell: only ever called under spawn_blocking.
 #[allow(clippy::disallowed_methods)]
 pub mod snapshot;

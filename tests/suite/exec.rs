@@ -150,6 +150,8 @@ fn exec_hung_rc_never_fails_the_command() {
         .arg(&cfg)
         .args(["--", "echo ok"])
         .env("HOME", &home)
+        // Its own project: a file edited meanwhile in the checkout would be in its receipt.
+        .current_dir(dir.path())
         .output()
         .unwrap();
     assert_eq!(text(&o), "ok\n");
