@@ -555,6 +555,12 @@ impl Runtime {
         // Set before the lock is taken, so a command arriving meanwhile waits for this shell
         // rather than starting a second one.
         self.warming.store(true, Ordering::Release);
+        // The project's first change-receipt snapshot too, so the first command does not wait
+        // for it (up to `changes.max_snapshot_ms`).
+        if self.changes.enabled() {
+            let (changes, cwd) = (self.changes.clone(), self.base_dir.clone());
+            tokio::spawn(async move { drop(changes.begin(&cwd).await) });
+        }
         let Ok(mut slot) = self.slot(BANG_KEY).try_lock_owned() else {
             self.warming.store(false, Ordering::Release);
             return false;
