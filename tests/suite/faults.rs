@@ -401,3 +401,55 @@ async fn faults_planted_symlink_is_not_followed() {
     let full = std::fs::read_to_string(dir.join("1.bash.log")).unwrap();
     assert_eq!(full.lines().count(), 100000);
 }
+
+/// Our runtime directories under `base`.
+fn run_dirs(base: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = std::fs::read_dir(base)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("agent-bash-"))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Sets a directory's modification time `ago` in the past.
+fn age(dir: &std::path::Path, ago: Duration) {
+    let when = std::time::SystemTime::now() - ago;
+    std::fs::File::open(dir).unwrap().set_modified(when).unwrap();
+}
+
+/// A SIGKILLed backend cannot remove its runtime directory (FIFOs, per-command files): the
+/// next backend to start removes it once it has been idle a minute, and never a live
+/// backend's, however idle.
+#[tokio::test]
+async fn faults_killed_backends_runtime_dir_is_swept_by_the_next() {
+    let base = tempfile::tempdir().unwrap();
+    let env = [("XDG_RUNTIME_DIR", base.path().to_str().unwrap())];
+    let mut live = Rpc::start_env(tempfile::tempdir().unwrap(), None, &[], &env).await;
+    live.tool(json!({"command": "true"})).await;
+    let mut killed = Rpc::start_env(tempfile::tempdir().unwrap(), None, &[], &env).await;
+    killed.tool(json!({"command": "true"})).await;
+    let dirs = run_dirs(base.path());
+    assert_eq!(dirs.len(), 2, "{dirs:?}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(killed.pid(), libc::SIGKILL) };
+    let _ = killed.child.wait().await;
+    assert_eq!(run_dirs(base.path()), dirs, "a killed backend leaves its directory");
+    for d in &dirs {
+        age(d, Duration::from_secs(120));
+    }
+    let mut next = Rpc::start_env(tempfile::tempdir().unwrap(), None, &[], &env).await;
+    next.tool(json!({"command": "true"})).await;
+    let swept = eventually(Duration::from_secs(10), || run_dirs(base.path()).len() == 2).await;
+    let left = run_dirs(base.path());
+    assert!(swept, "{left:?}");
+    let live_dir = dirs.iter().find(|d| left.contains(d));
+    assert!(live_dir.is_some(), "the live backend's directory stays: {left:?}");
+    let r = live.tool(json!({"command": "echo still"})).await;
+    assert_eq!(r["output"], "still\n");
+    live.stop().await;
+    next.stop().await;
+    assert!(run_dirs(base.path()).is_empty(), "backends that end remove their own");
+}
