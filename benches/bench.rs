@@ -987,93 +987,13 @@ fn main() {
     }
 }
 
-/// A private sshd on loopback with throwaway keys (as tests/suite/remote.rs starts it); killed
-/// on drop.
-struct LoopbackSshd {
-    child: Child,
-    dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl LoopbackSshd {
-    fn start() -> LoopbackSshd {
-        let sshd = "/usr/sbin/sshd";
-        assert!(Path::new(sshd).exists(), "the remote section needs sshd: run scripts/sshd.sh");
-        std::fs::create_dir_all("/run/sshd").unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        for key in ["host", "user"] {
-            let st = Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-                .arg(d.join(key))
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
-        std::fs::copy(d.join("user.pub"), d.join("authorized_keys")).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = format!(
-            "ListenAddress 127.0.0.1\nPort {port}\nHostKey {}\nAuthorizedKeysFile {}\n\
-             PasswordAuthentication no\nUsePAM no\nStrictModes no\n\
-             PermitRootLogin prohibit-password\nPidFile {}\nMaxStartups 100\n",
-            d.join("host").display(),
-            d.join("authorized_keys").display(),
-            d.join("sshd.pid").display(),
-        );
-        std::fs::write(d.join("sshd_config"), config).unwrap();
-        let mut child = Command::new(sshd)
-            .args(["-D", "-e", "-f"])
-            .arg(d.join("sshd_config"))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(child.try_wait().unwrap().is_none(), "sshd exited");
-            assert!(Instant::now() < deadline, "sshd did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        LoopbackSshd { child, dir, port }
-    }
-
-    fn argv(&self) -> Vec<String> {
-        let key = self.dir.path().join("user").display().to_string();
-        let port = self.port.to_string();
-        [
-            "ssh",
-            "-T",
-            "-i",
-            &key,
-            "-p",
-            &port,
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "LogLevel=ERROR",
-            "root@127.0.0.1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    }
-}
-
-impl Drop for LoopbackSshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+#[path = "../tests/suite/sshd.rs"]
+mod sshd;
 
 /// SPEC §12: a live remote session over loopback ssh against a fresh `ssh host …` each time.
 fn bench_remote(runs: usize) {
     use agent_bash::exec::{Request, Runtime, Settings};
-    let sshd = LoopbackSshd::start();
+    let sshd = sshd::Sshd::start();
     let argv = sshd.argv();
     let state = tempfile::tempdir().unwrap();
     let mut settings =

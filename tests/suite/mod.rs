@@ -18,5 +18,6 @@ mod remote;
 mod rescue;
 mod rpc;
 mod shell;
+pub mod sshd;
 mod support;
 mod wires;
