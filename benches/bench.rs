@@ -893,7 +893,13 @@ fn bench_pty(runs: usize) {
     println!("|---|---|---|---|---|");
     let state = tempfile::tempdir().unwrap();
     let cfg = state.path().join("c.toml");
-    std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap())).unwrap();
+    // Receipts off, as in the RPC sections: this measures the terminal path (the `changes`
+    // section measures receipts, which would snapshot the bench's own checkout here).
+    std::fs::write(
+        &cfg,
+        format!("state_dir = {:?}\n[changes]\nenabled = false\n", state.path().to_str().unwrap()),
+    )
+    .unwrap();
     // An empty HOME: the figure is the terminal path, not the cost of the user's rc snapshot
     // (which the bare loop does not pay either).
     let home = tempfile::tempdir().unwrap();

@@ -327,6 +327,7 @@ impl Runtime {
                 started,
                 origin: req.origin,
                 fence: fence.as_ref(),
+                display: req.display,
             };
             let mut r = self.pty_path(job, cancel, on_update, hooks).await;
             note_fence(&mut r, fence.as_ref());

@@ -28,6 +28,8 @@ pub(super) struct PtyJob<'a> {
     pub origin: super::Origin,
     /// The fence of a tool call's shell (SPEC §13).
     pub fence: Option<&'a crate::fence::Fence>,
+    /// Keep styled display lines ([`super::Request::display`]: someone shows the run).
+    pub display: bool,
 }
 
 impl Runtime {
@@ -75,10 +77,10 @@ impl Runtime {
         on_update: Option<UpdateFn>,
         hooks: PtyHooks,
     ) -> BashResult {
-        let PtyJob { norm, cwd, timeout, started, origin, fence } = job;
+        let PtyJob { norm, cwd, timeout, started, origin, fence, display } = job;
         let limits = &self.settings.limits;
-        // Always styled: the finished run's card view keeps the screen's colours.
-        let mut out = Feed::new(self, norm, true, on_update);
+        // Styled when someone shows the run: the finished card keeps the screen's colours.
+        let mut out = Feed::new(self, norm, display, on_update);
         let mut cfg = self.shell_config(origin);
         cfg.snapshot = self.snapshot().await;
         cfg.fence = fence.cloned();
