@@ -18,7 +18,14 @@ cargo clippy --release --all-targets --quiet -- -D warnings
 echo "== build"
 cargo build --release --quiet
 echo "== rust tests"
-cargo test --release --quiet
+# The tests run with a HOME of their own, so the shells they start read no rc of whoever runs
+# them (a test that needs an rc writes one): an rc that runs `pyenv rehash` at every shell start
+# hung every capture for 10 s once a killed capture had left pyenv's lock behind. cargo and
+# rustup keep their own directories.
+test_home=$(mktemp -d)
+trap 'rm -rf "$test_home"' EXIT
+export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
+HOME="$test_home" cargo test --release --quiet
 if [ -d tests/lua ] && ls tests/lua/*_spec.lua >/dev/null 2>&1; then
   echo "== lua specs"
   for spec in tests/lua/*_spec.lua; do
