@@ -18,7 +18,6 @@ mod remote;
 mod rescue;
 mod rpc;
 mod shell;
-mod spawn;
 pub mod sshd;
 mod support;
 mod wires;
