@@ -169,6 +169,7 @@ impl Runtime {
                 runtime_dir: runtime_dir.path().to_path_buf(),
                 owner,
                 fence: None,
+                spawn: settings.spawn.unwrap_or(true),
             },
             bang_env,
             store: Arc::new(ArtifactStore::new(session_dir.clone())),

@@ -41,6 +41,9 @@ pub struct Settings {
     /// `false` denies TCP bind/connect in fenced shells where the kernel's Landlock has it.
     /// Default true.
     pub network: Option<bool>,
+    /// Bash sessions run a plain external command (one simple command of plain words) with
+    /// `posix_spawn` from a loadable builtin instead of bash's fork. Default true.
+    pub spawn: Option<bool>,
     /// `[profiles]`: name → the words that start a shell elsewhere and give us its stdin and
     /// stdout (SPEC §12), e.g. `dev = ["ssh", "-T", "devbox"]`. Default: none.
     pub profiles: BTreeMap<String, Vec<String>>,

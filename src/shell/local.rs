@@ -273,6 +273,8 @@ pub struct ShellConfig {
     pub owner: String,
     /// The Landlock fence the shell starts under (SPEC §13); none for bang commands.
     pub fence: Option<crate::fence::Fence>,
+    /// Load the spawn builtin into bash sessions ([`SPAWN_SO`]).
+    pub spawn: bool,
 }
 
 /// Receives a command's raw output. Returning `false` closes the output stream (the producer
@@ -347,6 +349,8 @@ pub struct Shell {
     stale_fifo: Option<PathBuf>,
     /// Where this session's CPU time is read (found once, at start).
     probe: crate::resources::CpuProbe,
+    /// Bash loaded the spawn builtin ([`SPAWN_SO`]): plain commands go through it.
+    spawn: bool,
 }
 
 /// Shell variables the bash protocol line hands to the driver.
@@ -357,6 +361,21 @@ const VAR_OLDPWD: &str = "__agent_bash_oldpwd";
 const COMMAND_NAME: &str = "cmd";
 /// The driver's file name: what bash names in error messages, as `bash -c` does.
 const DRIVER_NAME: &str = "bash";
+/// The shell variable naming the driver's directory: the spawn driver's for a plain command
+/// ([`fast_words`]), unless `set -x` or `set -v` would show the driver's line.
+const VAR_DRIVER: &str = "__agent_bash_d";
+/// The shell variable holding the name the driver is sourced by.
+const VAR_DOT: &str = "__agent_bash_dot";
+/// The spawn driver's subdirectory of the driver directory.
+const SPAWN_DIR: &str = "s";
+/// The bash loadable builtin `src/shell/spawn.c` (built by `build.rs`; empty when the build
+/// machine had no C compiler): runs a plain external command with `posix_spawn` from inside
+/// the session's bash instead of bash's fork, which costs more than the rest of a round trip.
+const SPAWN_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/spawn.so"));
+/// The builtin's name (its symbol is `<name>_struct`).
+const SPAWN_BUILTIN: &str = "__agent_bash_spawn";
+/// Its file in the backend's runtime directory.
+const SPAWN_FILE: &str = "spawn.so";
 
 static NONCE: AtomicU64 = AtomicU64::new(0);
 
@@ -431,6 +450,7 @@ impl Shell {
             next_fifo: None,
             stale_fifo: None,
             probe: crate::resources::CpuProbe::of(pid),
+            spawn: false,
         };
         let mut init = String::new();
         match kind {
@@ -448,24 +468,47 @@ impl Shell {
             ShellKind::Zsh => init.push_str("setopt aliases\n"),
             ShellKind::Posix => {}
         }
+        // The spawn builtin, where bash can load it (a `noexec` runtime directory, a bash
+        // without `enable -f` or an isolating prefix cannot): the reply says whether it did.
+        let spawn_so = match kind {
+            ShellKind::Bash if cfg.spawn && cfg.prefix.is_empty() => {
+                spawn_library(&cfg.runtime_dir)
+            }
+            _ => None,
+        };
+        let spawn_flag = match &spawn_so {
+            Some(so) => {
+                init.push_str(&format!(
+                    "__agent_bash_sp=;\\builtin enable -f {} {SPAWN_BUILTIN} 2>/dev/null && __agent_bash_sp=' spawn'\n",
+                    quote(&so.to_string_lossy())
+                ));
+                "\"$__agent_bash_sp\""
+            }
+            None => "''",
+        };
         // The reply names the status fd, so command lines can use the number itself. A prefix
         // that moves the shell into another filesystem (`docker exec -i box`) cannot see our
         // FIFOs: the reply says so, and the runtime runs such commands one process each.
         init.push_str(&format!(
-            "[ -d {dir} ] || {{ builtin printf 'R isolated\\n' >&{0}; exit 0; }}\nbuiltin printf 'R %s\\n' {0} >&{0}\n",
+            "[ -d {dir} ] || {{ builtin printf 'R isolated\\n' >&{0}; exit 0; }}\nbuiltin printf 'R %s%s\\n' {0} {spawn_flag} >&{0}\n",
             kind.status_fd(),
             dir = quote(&cfg.runtime_dir.to_string_lossy()),
         ));
+        if spawn_so.is_some() {
+            init.push_str("\\builtin unset __agent_bash_sp\n");
+        }
         let ready = async {
             shell.stdin.write_all(init.as_bytes()).await?;
             shell.stdin.flush().await?;
             match shell.status.next_line().await? {
                 Some(line) if line == "R isolated" => Err(io::Error::other(ISOLATED)),
                 Some(line) if line.starts_with("R ") => {
-                    match line[2..].trim().parse::<u32>() {
-                        Ok(fd) => shell.status_fd = fd,
-                        Err(_) => return Err(io::Error::other(format!("bad status fd: {line}"))),
+                    let mut words = line[2..].split_whitespace();
+                    match words.next().map(str::parse::<u32>) {
+                        Some(Ok(fd)) => shell.status_fd = fd,
+                        _ => return Err(io::Error::other(format!("bad status fd: {line}"))),
                     }
+                    shell.spawn = words.next() == Some("spawn");
                     Ok(())
                 }
                 Some(line) => Err(io::Error::other(format!("unexpected shell reply: {line}"))),
@@ -769,6 +812,11 @@ impl Shell {
         &self.probe
     }
 
+    /// Whether this bash loaded the spawn builtin ([`SPAWN_SO`]).
+    pub fn spawns(&self) -> bool {
+        self.spawn
+    }
+
     /// The shell's process id (its counters measure the commands it runs, `crate::resources`).
     pub fn pid(&self) -> i32 {
         self.pid
@@ -793,10 +841,18 @@ impl Shell {
         let dir = runtime_dir.join(format!("{}.d", self.pid));
         std::fs::create_dir(&dir)?;
         let st = self.status_fd;
-        let driver = format!(
-            "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin eval \"${VAR_CMD}\" {st}>&-\n"
-        );
-        std::fs::write(dir.join(DRIVER_NAME), driver)?;
+        let driver = |run: &str| {
+            format!(
+                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin {run} \"${VAR_CMD}\" {st}>&-\n"
+            )
+        };
+        std::fs::write(dir.join(DRIVER_NAME), driver("eval"))?;
+        // With the spawn builtin, a second driver in `s/` runs plain commands through it (the
+        // builtin falls back to `eval` itself); same file name, so bash names it the same.
+        if self.spawn {
+            std::fs::create_dir(dir.join(SPAWN_DIR))?;
+            std::fs::write(dir.join(SPAWN_DIR).join(DRIVER_NAME), driver(SPAWN_BUILTIN))?;
+        }
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -835,9 +891,23 @@ impl Shell {
         };
         // No reserved words, every builtin escaped: see the module docs. `sourcepath` off makes
         // `.` read the driver from its directory instead of searching PATH.
+        let d = quote(&dir.to_string_lossy());
+        // A plain command goes to the spawn driver, unless `set -x` or `set -v` is on: they
+        // show the driver's line, which then names `eval` as before.
+        let (pick, d) = match self.spawn && fast_words(command) {
+            true => (
+                format!(
+                    "{VAR_DRIVER}={ds};\\builtin test -z \"${{-//[!xv]/}}\"||{VAR_DRIVER}={d};",
+                    ds = quote(&dir.join(SPAWN_DIR).to_string_lossy()),
+                ),
+                format!("\"${VAR_DRIVER}\""),
+            ),
+            false => (String::new(), d),
+        };
+        // In POSIX mode `.` looks for a bare name in PATH only (`set -o posix` made the next
+        // command fail, and the shell exit): `./bash` then, which bash names in messages.
         let text = format!(
-            "{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin cd -- {d}&&\\builtin . {DRIVER_NAME} >{fifo} 2>&1 </dev/null;\\builtin printf 'D {seq} %d\\n' $? >&{st}||\\builtin exit 99\n",
-            d = quote(&dir.to_string_lossy()),
+            "{pick}{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin shopt -qo posix&&{VAR_DOT}=./{DRIVER_NAME}||{VAR_DOT}={DRIVER_NAME};\\builtin cd -- {d}&&\\builtin . \"${VAR_DOT}\" >{fifo} 2>&1 </dev/null;\\builtin printf 'D {seq} %d\\n' $? >&{st}||\\builtin exit 99\n",
         );
         use std::os::unix::fs::FileExt;
         file.write_all_at(text.as_bytes(), 0)?;
@@ -867,6 +937,63 @@ fn quote_path(path: &Path) -> String {
         text.into_owned()
     } else {
         quote(&text)
+    }
+}
+
+/// Whether `command` is one simple command of plain words, which the spawn builtin may run
+/// without bash's fork (`src/shell/spawn.c` checks the shell's state, and falls back to `eval`
+/// for functions, aliases, builtins and anything it cannot spawn): words of letters, digits
+/// and `_ . / : @ % + , = -` only (nothing bash would expand, quote, redirect, glob or
+/// split differently), separated by blanks; a first word that is no assignment, no job (`%1`)
+/// and no reserved word.
+fn fast_words(command: &str) -> bool {
+    const RESERVED: &[&str] = &[
+        "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until",
+        "do", "done", "in", "function", "time", "coproc",
+    ];
+    let plain = |c: char| {
+        c.is_ascii_alphanumeric()
+            || matches!(c, '_' | '.' | '/' | ':' | '@' | '%' | '+' | ',' | '=' | '-')
+    };
+    let text = command.strip_suffix('\n').unwrap_or(command);
+    let mut words = text.split([' ', '\t']).filter(|w| !w.is_empty());
+    let Some(first) = words.next() else { return false };
+    text.len() <= 4096
+        && text.chars().all(|c| plain(c) || c == ' ' || c == '\t')
+        && !first.contains(['=', '%'])
+        && !RESERVED.contains(&first)
+        && words.count() < 255
+}
+
+/// The spawn builtin's file in `runtime_dir` (written once per backend), or None when this
+/// build has none or it cannot be written.
+fn spawn_library(runtime_dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if SPAWN_SO.is_empty() {
+        return None;
+    }
+    let path = runtime_dir.join(SPAWN_FILE);
+    #[allow(clippy::disallowed_methods)] // once per backend, a small file on a memory fs
+    let present = std::fs::metadata(&path).is_ok_and(|m| m.len() == SPAWN_SO.len() as u64);
+    if present {
+        return Some(path);
+    }
+    // Written under a private name, then renamed: a shell never loads half a file.
+    let tmp = runtime_dir.join(format!("{SPAWN_FILE}.{}", nonce()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o500)
+        .open(&tmp)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, SPAWN_SO))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    match written {
+        Ok(()) => Some(path),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!("spawn builtin not written ({e}): sessions fork for external commands");
+            None
+        }
     }
 }
 
@@ -975,4 +1102,42 @@ fn make_fifo(path: &Path) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fast_words;
+
+    #[test]
+    fn fast_words_takes_only_one_plain_simple_command() {
+        for plain in
+            ["/bin/true", "ls -la src/", "cargo test --release", "git log -3\n", "dd if=a of=b"]
+        {
+            assert!(fast_words(plain), "{plain:?}");
+        }
+        for not in [
+            "",
+            " ",
+            "echo $HOME",
+            "ls *.rs",
+            "echo 'q'",
+            "a; b",
+            "a && b",
+            "a | b",
+            "a > f",
+            "A=1 cmd",
+            "%1",
+            "time ls",
+            "if",
+            "ls ~",
+            "echo {a,b}",
+            "a\nb",
+            "ls \\x",
+            "cmd #c",
+            "(ls)",
+            "ls\n\n",
+        ] {
+            assert!(!fast_words(not), "{not:?}");
+        }
+    }
 }

@@ -18,6 +18,7 @@ mod remote;
 mod rescue;
 mod rpc;
 mod shell;
+mod spawn;
 pub mod sshd;
 mod support;
 mod wires;

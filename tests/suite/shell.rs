@@ -15,6 +15,7 @@ pub fn config(dir: &Path) -> ShellConfig {
         runtime_dir: dir.to_path_buf(),
         owner: format!("test-{}", agent_bash::shell::local::nonce()),
         fence: None,
+        spawn: true,
     }
 }
 

@@ -1,0 +1,40 @@
+//! Builds the bash loadable builtin `src/shell/spawn.c` into `$OUT_DIR/spawn.so`, which the
+//! binary embeds (`src/shell/local.rs`, `SPAWN_SO`). Without a C compiler, or off Linux, the
+//! file is empty and sessions fork for external commands as bash does.
+#![allow(clippy::disallowed_methods)] // a build script: blocking file calls are the point
+
+use std::path::PathBuf;
+
+fn main() {
+    let src = "src/shell/spawn.c";
+    println!("cargo:rerun-if-changed={src}");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("spawn.so");
+    let linux = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
+    let built = linux
+        && match cc::Build::new().try_get_compiler() {
+            Ok(tool) => {
+                let mut cmd = tool.to_command();
+                cmd.args(["-O2", "-fPIC", "-shared", "-Wall", "-o"]).arg(&out).arg(src);
+                match cmd.status() {
+                    Ok(st) if st.success() => true,
+                    Ok(st) => {
+                        println!("cargo:warning=compiling {src} failed ({st}): sessions will fork");
+                        false
+                    }
+                    Err(e) => {
+                        println!(
+                            "cargo:warning=cannot run the C compiler ({e}): sessions will fork"
+                        );
+                        false
+                    }
+                }
+            }
+            Err(e) => {
+                println!("cargo:warning=no C compiler ({e}): sessions will fork");
+                false
+            }
+        };
+    if !built {
+        std::fs::write(&out, b"").unwrap_or_else(|e| panic!("cannot write {out:?}: {e}"));
+    }
+}
