@@ -200,7 +200,7 @@ pub fn procs_with_cmdline(needle: &str) -> Vec<i32> {
         if stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')) {
             continue;
         }
-        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+        if let Some(cmd) = cmdline(pid, &stat) {
             let cmd: Vec<u8> = cmd.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
             if String::from_utf8_lossy(&cmd).contains(needle) {
                 out.push(pid);
@@ -208,6 +208,24 @@ pub fn procs_with_cmdline(needle: &str) -> Vec<i32> {
         }
     }
     out
+}
+
+/// The command line of `pid` (its `stat` line given). A process in the middle of `execve` shows
+/// an empty one for a moment (the new image's arguments are not set up yet): that is read again
+/// until it is set, or the process is gone, so a search never misses a process that `exec`s
+/// from one tagged command line into another (`setsid env -i sleep TAG`). Kernel threads have
+/// none at all.
+fn cmdline(pid: i32, stat: &str) -> Option<Vec<u8>> {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let flags: u64 = stat.rsplit(')').next()?.split_whitespace().nth(6)?.parse().ok()?;
+    for _ in 0..10_000 {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        if !cmd.is_empty() || flags & PF_KTHREAD != 0 {
+            return Some(cmd);
+        }
+        std::thread::yield_now();
+    }
+    None
 }
 
 /// A field of `/proc/<pid>/status` in KiB (`VmHWM`, `VmRSS`).
