@@ -14,7 +14,12 @@ fn main() {
         && match cc::Build::new().try_get_compiler() {
             Ok(tool) => {
                 let mut cmd = tool.to_command();
-                cmd.args(["-O2", "-fPIC", "-shared", "-Wall", "-o"]).arg(&out).arg(src);
+                // `-z now`: every symbol it takes from bash is bound when bash loads it, so a
+                // bash without one refuses the `enable -f` (the session then forks) instead of
+                // dying at the first call.
+                cmd.args(["-O2", "-fPIC", "-shared", "-Wall", "-Wl,-z,now", "-o"])
+                    .arg(&out)
+                    .arg(src);
                 match cmd.status() {
                     Ok(st) if st.success() => true,
                     Ok(st) => {

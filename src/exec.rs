@@ -491,6 +491,21 @@ impl Runtime {
         format!("{}{net} ({})", keys.join(", "), crate::fence::kernel_support())
     }
 
+    /// For `:checkhealth`: whether plain commands start without bash's fork (the spawn builtin,
+    /// `src/shell/spawn.c`).
+    pub fn spawn_report(&self) -> String {
+        let cfg = &self.shell_cfg;
+        if !cfg.spawn {
+            "off (spawn = false in the settings file): bash forks for every command".into()
+        } else if !shell::spawn_built() {
+            "off: this build had no C compiler for the builtin, bash forks for every command".into()
+        } else if shell::ShellKind::of(&cfg.shell) != shell::ShellKind::Bash {
+            format!("off: the shell is {}, not bash", cfg.shell.display())
+        } else {
+            "on: a plain external command starts with posix_spawn, without bash's fork".into()
+        }
+    }
+
     /// False when the settings fence some tool calls but the kernel cannot.
     pub fn fence_usable(&self) -> bool {
         !self.settings.fences_any() || crate::fence::kernel_abi().is_ok()

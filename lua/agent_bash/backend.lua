@@ -19,6 +19,7 @@ local log = require('agent_bash.log')
 ---@field changes_watch? boolean receipts watch the projects' folders (`[changes] watch`)
 ---@field fence? string the sandbox of tool calls and the kernel's Landlock support
 ---@field fence_ok? boolean false when tool calls are to be fenced but the kernel cannot
+---@field spawn? string whether plain commands start without bash's fork (the spawn builtin)
 
 --- Starts the backend unless it runs. Returns the channel, or nil and an error message.
 ---@return integer? chan
@@ -287,6 +288,7 @@ function H.start()
     fence_ok = hello.fence_ok,
     changes = hello.changes,
     changes_watch = hello.changes_watch,
+    spawn = hello.spawn,
   }
   log.info('backend %s (pid %s) on channel %d, artifacts in %s', tostring(hello.version), tostring(hello.pid), chan, tostring(hello.session_dir))
   if hello.version ~= version and not H.warned_version then

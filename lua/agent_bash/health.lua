@@ -171,6 +171,9 @@ function H.ping(health, backend)
     elseif info.fence then
       health.info('sandbox: ' .. info.fence .. ' (bang commands are never fenced)')
     end
+    if info.spawn then
+      health.info('plain commands: ' .. info.spawn)
+    end
     local opts = require('agent_bash.config').options
     if opts.prewarm then
       health.info('prewarm: ' .. (info.warmed and 'the bang shell was ready before the first command' or 'not done yet (it runs once a UI attaches)'))

@@ -152,6 +152,7 @@ impl Handler for Backend {
                     ("changes_watch", Value::from(self.rt.changes().watching())),
                     ("fence", Value::from(self.rt.fence_report().as_str())),
                     ("fence_ok", Value::from(self.rt.fence_usable())),
+                    ("spawn", Value::from(self.rt.spawn_report().as_str())),
                 ]))
             }
             "ping" => Ok(Value::from("pong")),

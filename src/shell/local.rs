@@ -372,6 +372,11 @@ const SPAWN_DIR: &str = "s";
 /// machine had no C compiler): runs a plain external command with `posix_spawn` from inside
 /// the session's bash instead of bash's fork, which costs more than the rest of a round trip.
 const SPAWN_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/spawn.so"));
+/// Whether this build has the spawn builtin ([`SPAWN_SO`]).
+pub fn spawn_built() -> bool {
+    !SPAWN_SO.is_empty()
+}
+
 /// The builtin's name (its symbol is `<name>_struct`).
 const SPAWN_BUILTIN: &str = "__agent_bash_spawn";
 /// Its file in the backend's runtime directory.

@@ -30,7 +30,17 @@ fn alive(pid: i32) -> bool {
 /// the backend's peak RSS stays under 64 MiB, and nothing is left once it exits.
 #[tokio::test]
 async fn load_64_concurrent_calls_stay_apart() {
-    let mut rpc = Rpc::start().await;
+    sixty_four_calls(None).await;
+}
+
+/// The same with bash forking every command (`spawn = false`: no spawn builtin).
+#[tokio::test]
+async fn load_64_concurrent_calls_stay_apart_forking() {
+    sixty_four_calls(Some("spawn = false")).await;
+}
+
+async fn sixty_four_calls(config: Option<&str>) {
+    let mut rpc = Rpc::start_with(config).await;
     let tag = std::process::id();
     let line = |n: usize| format!("marker-{tag}-{n:02}-{}", "x".repeat(40));
     let mut ids = Vec::new();

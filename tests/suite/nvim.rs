@@ -388,6 +388,7 @@ async fn nvim_checkhealth_reports_versions_and_ping() {
         "log file: ",
         "ping: pong",
         "sandbox: tool calls: off (Landlock ABI ",
+        "plain commands: on: a plain external command starts with posix_spawn, without bash's fork",
         "receipts are on",
         "only changed folders are re-read: inotify watches the project folders (limit: fs.inotify.max_user_watches = ",
     ] {
