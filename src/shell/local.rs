@@ -377,6 +377,8 @@ pub fn spawn_built() -> bool {
     !SPAWN_SO.is_empty()
 }
 
+/// The subshell driver's subdirectory of the driver directory.
+const SUBSHELL_DIR: &str = "p";
 /// The builtin's name (its symbol is `<name>_struct`).
 const SPAWN_BUILTIN: &str = "__agent_bash_spawn";
 /// Its file in the backend's runtime directory.
@@ -858,6 +860,15 @@ impl Shell {
             std::fs::create_dir(dir.join(SPAWN_DIR))?;
             std::fs::write(dir.join(SPAWN_DIR).join(DRIVER_NAME), driver(SPAWN_BUILTIN))?;
         }
+        // A third one in `p/` runs the command's `eval` in a subshell: for a command that ends
+        // inside `$(`, whose parse leaves bash's parser broken (see `ends_in_substitution`).
+        std::fs::create_dir(dir.join(SUBSHELL_DIR))?;
+        std::fs::write(
+            dir.join(SUBSHELL_DIR).join(DRIVER_NAME),
+            format!(
+                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};(\\builtin eval \"${VAR_CMD}\") {st}>&-\n"
+            ),
+        )?;
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -898,16 +909,26 @@ impl Shell {
         // `.` read the driver from its directory instead of searching PATH.
         let d = quote(&dir.to_string_lossy());
         // A plain command goes to the spawn driver, unless `set -x` or `set -v` is on: they
-        // show the driver's line, which then names `eval` as before.
-        let (pick, d) = match self.spawn && fast_words(command) {
-            true => (
+        // show the driver's line, which then names `eval` as before. A command that ends inside
+        // `$(` goes to the subshell driver (same output and status: it fails to parse there;
+        // what its earlier lines did is gone with the subshell), so the session's parser never
+        // meets it (`ends_in_substitution`), unless `set -v` shows the driver's line.
+        let other = if self.spawn && fast_words(command) {
+            Some((SPAWN_DIR, "xv"))
+        } else if crate::shellwords::ends_in_substitution(command) {
+            Some((SUBSHELL_DIR, "v"))
+        } else {
+            None
+        };
+        let (pick, d) = match other {
+            Some((sub, shown)) => (
                 format!(
-                    "{VAR_DRIVER}={ds};\\builtin test -z \"${{-//[!xv]/}}\"||{VAR_DRIVER}={d};",
-                    ds = quote(&dir.join(SPAWN_DIR).to_string_lossy()),
+                    "{VAR_DRIVER}={ds};\\builtin test -z \"${{-//[!{shown}]/}}\"||{VAR_DRIVER}={d};",
+                    ds = quote(&dir.join(sub).to_string_lossy()),
                 ),
                 format!("\"${VAR_DRIVER}\""),
             ),
-            false => (String::new(), d),
+            None => (String::new(), d),
         };
         // In POSIX mode `.` looks for a bare name in PATH only (`set -o posix` made the next
         // command fail, and the shell exit): `./bash` then, which bash names in messages.

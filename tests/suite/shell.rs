@@ -112,3 +112,58 @@ async fn shell_set_n_through_the_runtime_restarts_the_session() {
     let r = rt.run(req("echo ok"), cancel(), None).await.unwrap();
     assert_eq!((r.output.as_str(), r.shell_restarted), ("ok\n", true));
 }
+
+/// Bash 5.2 does not recover from input that ends inside `$(`: after `eval 'echo $(x'` its next
+/// parse reads outside its buffers, and a session has died of it later (SIGABRT, at an
+/// unrelated command). The session runs such a command in a subshell: the output and status
+/// are bash's, and the session's own bash, run under valgrind here, reads nothing it should not.
+#[tokio::test]
+async fn shell_command_ending_inside_a_substitution_leaves_the_parser_whole() {
+    let valgrind = std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("valgrind")).find(|v| v.exists()))
+        .expect("this test runs the session's bash under valgrind (scripts/test.sh installs it)");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = dir.path().join("vg");
+    // Named `bash`, so the session speaks bash's protocol; valgrind keeps the pid (it runs bash
+    // in its own process), and each forked subshell writes a log of its own.
+    let wrapper = bin.join("bash");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec {} -q --log-file={}.%p /bin/bash \"$@\"\n",
+            valgrind.display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cfg = config(dir.path());
+    cfg.shell = wrapper;
+    let mut sh = Shell::spawn(&cfg).await.unwrap();
+    let long = Some(Duration::from_secs(60));
+    run(&mut sh, "kept=yes", long).await;
+    for cmd in ["echo $(x", "echo \"$(x", "cat <(x", "echo a\necho $(b", "while true; do"] {
+        let (end, out) = run(&mut sh, cmd, long).await;
+        let oracle = std::process::Command::new("bash")
+            .args(["-c", "exec 2>&1; eval \"$C\""])
+            .env("C", cmd)
+            .current_dir("/tmp")
+            .output()
+            .unwrap();
+        let want = (String::from_utf8_lossy(&oracle.stdout).into_owned(), oracle.status.code());
+        let got = match end {
+            Ending::Done(code) => (out, Some(code)),
+            other => panic!("{cmd:?} ended {other:?}: {out}"),
+        };
+        assert_eq!(got, want, "{cmd:?}");
+    }
+    // The same shell, its state intact.
+    assert_eq!(run(&mut sh, "echo $kept", long).await.1, "yes\n");
+    let pid = sh.pid();
+    sh.kill().await;
+    let main_log = std::fs::read_to_string(format!("{}.{pid}", log.display())).unwrap();
+    assert!(!main_log.contains("Invalid"), "the session's bash:\n{main_log}");
+}
