@@ -10,7 +10,9 @@
 //!   through `eval` with stdin /dev/null, so a syntax error is an ordinary failed command (exit 2)
 //!   instead of killing a shell that reads its script from stdin, and a command that reads stdin
 //!   cannot eat the protocol.
-//! * a status fd (a dup of the shell's original stdout, closed for the command itself):
+//! * a status channel (bash: the shell's own stdout, which bash restores after each command's
+//!   redirections and keeps close-on-exec meanwhile; other shells: a dup of it, closed for the
+//!   command itself):
 //!   `D <seq> <status>` when the foreground part is done.
 //! * the output FIFO (one per command, created by us, opened for reading *before* the command is
 //!   sent, in fact while the previous command ran): stdout and stderr of the command in one
@@ -248,11 +250,15 @@ impl ShellKind {
         }
     }
 
-    /// The status fd as written in redirections.
+    /// The status fd as written in redirections. Bash writes its status to its own stdout:
+    /// each command's redirections are undone when its `.` returns (even an `exec >file` inside
+    /// it), and the copy bash keeps meanwhile is close-on-exec, so no command or background job
+    /// holds it, and no redirection per command is needed to write it or to hide it.
     fn status_fd(self) -> &'static str {
         match self {
             ShellKind::Posix => "9",
-            _ => "$__agent_bash_st",
+            ShellKind::Bash => "1",
+            ShellKind::Zsh => "$__agent_bash_st",
         }
     }
 }
@@ -359,6 +365,10 @@ const VAR_CWD: &str = "__agent_bash_cwd";
 const VAR_OLDPWD: &str = "__agent_bash_oldpwd";
 /// The per-command part of the bash protocol (see [`Shell::run`]).
 const COMMAND_NAME: &str = "cmd";
+/// A read-only variable holding the path of [`COMMAND_NAME`]: bash reads its protocol from a
+/// pipe one byte per read(2), so the line names the file through it (`\builtin .
+/// "$__ab_c"`, 20 bytes instead of a path of 40 or more).
+const VAR_CMD_FILE: &str = "__ab_c";
 /// The driver's file name: what bash names in error messages, as `bash -c` does.
 const DRIVER_NAME: &str = "bash";
 /// The shell variable naming the driver's directory: the spawn driver's for a plain command
@@ -462,12 +472,20 @@ impl Shell {
         let mut init = String::new();
         match kind {
             ShellKind::Posix => init.push_str("exec 9>&1\n"),
-            _ => init.push_str("exec {__agent_bash_st}>&1\n"),
+            ShellKind::Bash => {}
+            ShellKind::Zsh => init.push_str("exec {__agent_bash_st}>&1\n"),
         }
         if let Some(snap) = &cfg.snapshot {
             init.push_str(&format!(
                 ". {} </dev/null >/dev/null 2>&1\n",
                 quote(&snap.to_string_lossy())
+            ));
+        }
+        if kind == ShellKind::Bash {
+            let file = cfg.runtime_dir.join(format!("{pid}.d")).join(COMMAND_NAME);
+            init.push_str(&format!(
+                "\\builtin readonly {VAR_CMD_FILE}={}\n",
+                quote(&file.to_string_lossy())
             ));
         }
         match kind {
@@ -848,9 +866,11 @@ impl Shell {
         let dir = runtime_dir.join(format!("{}.d", self.pid));
         std::fs::create_dir(&dir)?;
         let st = self.status_fd;
+        // The status fd is hidden from the command unless it is stdout (see `status_fd`).
+        let hide = if st == 1 { String::new() } else { format!(" {st}>&-") };
         let driver = |run: &str| {
             format!(
-                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin {run} \"${VAR_CMD}\" {st}>&-\n"
+                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin {run} \"${VAR_CMD}\"{hide}\n"
             )
         };
         std::fs::write(dir.join(DRIVER_NAME), driver("eval"))?;
@@ -866,7 +886,7 @@ impl Shell {
         std::fs::write(
             dir.join(SUBSHELL_DIR).join(DRIVER_NAME),
             format!(
-                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};(\\builtin eval \"${VAR_CMD}\") {st}>&-\n"
+                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};(\\builtin eval \"${VAR_CMD}\"){hide}\n"
             ),
         )?;
         let file = std::fs::OpenOptions::new()
@@ -930,10 +950,11 @@ impl Shell {
             ),
             None => (String::new(), d),
         };
+        let to_st = if st == 1 { String::new() } else { format!(" >&{st}") };
         // In POSIX mode `.` looks for a bare name in PATH only (`set -o posix` made the next
         // command fail, and the shell exit): `./bash` then, which bash names in messages.
         let text = format!(
-            "{pick}{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin shopt -qo posix&&{VAR_DOT}=./{DRIVER_NAME}||{VAR_DOT}={DRIVER_NAME};\\builtin cd -- {d}&&\\builtin . \"${VAR_DOT}\" >{fifo} 2>&1 </dev/null;\\builtin printf 'D {seq} %d\\n' $? >&{st}||\\builtin exit 99\n",
+            "{pick}{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin shopt -qo posix&&{VAR_DOT}=./{DRIVER_NAME}||{VAR_DOT}={DRIVER_NAME};\\builtin cd -- {d}&&\\builtin . \"${VAR_DOT}\" >{fifo} 2>&1 </dev/null;\\builtin printf 'D {seq} %d\\n' $?{to_st}||\\builtin exit 99\n",
         );
         use std::os::unix::fs::FileExt;
         file.write_all_at(text.as_bytes(), 0)?;
@@ -942,7 +963,7 @@ impl Shell {
             file.set_len(new_len)?;
         }
         *len = new_len;
-        Ok(format!("\\builtin . {}\n", quote_path(&dir.join(COMMAND_NAME))))
+        Ok(format!("\\builtin . \"${VAR_CMD_FILE}\"\n"))
     }
 }
 
@@ -951,18 +972,6 @@ impl Drop for Shell {
         // A shell dropped without [`Shell::kill`] (its process goes by `kill_on_drop`) leaves
         // no FIFO behind.
         self.remove_fifos();
-    }
-}
-
-/// A path as one shell word: bare when it holds only characters no shell treats specially
-/// (one protocol byte fewer per character to read), else quoted.
-fn quote_path(path: &Path) -> String {
-    let text = path.to_string_lossy();
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '+');
-    if !text.is_empty() && text.chars().all(plain) {
-        text.into_owned()
-    } else {
-        quote(&text)
     }
 }
 

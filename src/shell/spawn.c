@@ -164,26 +164,34 @@ static int spawn_builtin(WORD_LIST *list) {
    * gets the signal mask bash had and the dispositions a forked child gets from bash
    * (restore_original_signals): a handler becomes the default (glibc does that in the child),
    * and so does a signal bash ignores for itself (SIGQUIT, …); only signals ignored when bash
-   * started, or by `trap '' SIG`, stay ignored. glibc's own signals (32, 33), which bash cannot
-   * change, keep bash's disposition, as through fork: glibc's posix_spawn would ignore them in
-   * the child, so they go in the default set (by hand: sigaddset refuses them) unless bash has
-   * them ignored (asked of the kernel: glibc's sigaction refuses them too). */
+   * started, or by `trap '' SIG`, stay ignored: every other signal goes in the default set
+   * (bash's own bookkeeping says which, no system call; glibc's child sets each anyway). glibc's
+   * own signals (32, 33), which bash cannot change, keep bash's disposition, as through fork:
+   * glibc's posix_spawn would ignore them in the child, so they go in the default set too (by
+   * hand: sigaddset refuses them) unless bash has them ignored (asked of the kernel once: glibc's
+   * sigaction refuses them too, and nothing in bash can change them). */
+  static int internal_ignored = -1;
   sigset_t deflt;
-  struct sigaction sa;
   sigemptyset(&deflt);
   for (int sig = 1; sig < NSIG; sig++) {
-    if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN &&
-        !signal_is_hard_ignored(sig) && !signal_is_ignored(sig))
+    if (sig != SIGKILL && sig != SIGSTOP && !signal_is_hard_ignored(sig) && !signal_is_ignored(sig))
       sigaddset(&deflt, sig);
   }
+  if (internal_ignored < 0) {
+    internal_ignored = 0;
+    for (int sig = 32; sig <= 33; sig++) {
+      struct {
+        void *handler;
+        unsigned long flags;
+        void *restorer;
+        unsigned long mask;
+      } k;
+      if (syscall(SYS_rt_sigaction, sig, NULL, &k, sizeof k.mask) == 0 && k.handler == SIG_IGN)
+        internal_ignored |= 1 << (sig - 32);
+    }
+  }
   for (int sig = 32; sig <= 33; sig++) {
-    struct {
-      void *handler;
-      unsigned long flags;
-      void *restorer;
-      unsigned long mask;
-    } k;
-    if (syscall(SYS_rt_sigaction, sig, NULL, &k, sizeof k.mask) == 0 && k.handler != SIG_IGN) {
+    if (!(internal_ignored & (1 << (sig - 32)))) {
       unsigned long *bits = (unsigned long *)&deflt;
       bits[(sig - 1) / (8 * sizeof *bits)] |= 1UL << ((sig - 1) % (8 * sizeof *bits));
     }
