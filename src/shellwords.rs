@@ -75,16 +75,7 @@ impl Token {
 
 /// Scans `src` into its top-level tokens.
 pub fn tokenize(src: &str) -> Vec<Token> {
-    let mut scanner = Scanner {
-        s: src.as_bytes(),
-        i: 0,
-        nest: 0,
-        depth: 0,
-        tokens: Vec::new(),
-        heredoc_op: None,
-        pending: Vec::new(),
-        unclosed: false,
-    };
+    let mut scanner = Scanner::new(src);
     scanner.run();
     scanner.tokens
 }
@@ -95,16 +86,7 @@ pub fn tokenize(src: &str) -> Vec<Token> {
 /// outside its buffers (valgrind shows it), and a session has died of it later (SIGABRT). The
 /// shell session runs such a command in a subshell ([`crate::shell::local`]).
 pub fn ends_in_substitution(src: &str) -> bool {
-    let mut scanner = Scanner {
-        s: src.as_bytes(),
-        i: 0,
-        nest: 0,
-        depth: 0,
-        tokens: Vec::new(),
-        heredoc_op: None,
-        pending: Vec::new(),
-        unclosed: false,
-    };
+    let mut scanner = Scanner::new(src);
     scanner.run();
     scanner.unclosed
 }
@@ -271,6 +253,19 @@ struct Scanner<'a> {
 }
 
 impl Scanner<'_> {
+    fn new(src: &str) -> Scanner<'_> {
+        Scanner {
+            s: src.as_bytes(),
+            i: 0,
+            nest: 0,
+            depth: 0,
+            tokens: Vec::new(),
+            heredoc_op: None,
+            pending: Vec::new(),
+            unclosed: false,
+        }
+    }
+
     fn peek(&self, offset: usize) -> Option<u8> {
         self.s.get(self.i + offset).copied()
     }
