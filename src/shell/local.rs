@@ -588,11 +588,6 @@ impl Shell {
         self.seq += 1;
         let seq = self.seq;
         let (fifo, fd) = self.take_fifo(seq)?;
-        {
-            use std::os::fd::AsRawFd;
-            // SAFETY: fcntl on a FIFO we own; failure only leaves the default size.
-            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
-        }
         let mut rx = Some(OutputEnd::Unwatched(fd));
         let quick_until = Instant::now() + QUICK;
         let line = match self.command_line(seq, command, cwd, &fifo) {
@@ -1033,18 +1028,22 @@ fn spawn_library(runtime_dir: &Path) -> Option<PathBuf> {
 }
 
 /// Makes the FIFO `path` (mode 0600) and opens its read end, non-blocking (not yet watched by
-/// the event loop: see [`OutputEnd`]).
+/// the event loop: see [`OutputEnd`]), with a [`PIPE_SIZE`] buffer.
 fn open_fifo(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     make_fifo(path)?;
-    std::fs::OpenOptions::new()
+    let fd = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map(std::os::fd::OwnedFd::from)
         .inspect_err(|_| {
             let _ = std::fs::remove_file(path);
-        })
+        })?;
+    // SAFETY: fcntl on a FIFO we own; failure only leaves the default size.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    Ok(fd)
 }
 
 /// The read end of a command's output FIFO (non-blocking).
