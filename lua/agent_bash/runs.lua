@@ -331,12 +331,26 @@ function H.finish(run, result)
     H.notify_end(run)
   end
   require('agent_bash.quickfix').on_done(run)
+  H.check_files(result)
   local ms = require('agent_bash.config').options.card.auto_close
   if ms and run.card and run.state.origin == 'tool' then
     vim.defer_fn(function()
       require('agent_bash.float').close(run.card, { if_unfocused = true })
     end, ms)
   end
+end
+
+--- Like `:!`, a finished command has Neovim check the files its buffers show (`:checktime`):
+--- an unmodified buffer whose file the command changed is reloaded ('autoread'), a modified
+--- one warns (W12). Bang commands and tool calls alike; not a run that never started.
+---@param result agent_bash.BashResult
+function H.check_files(result)
+  if result.error then
+    return
+  end
+  vim.schedule(function()
+    pcall(vim.cmd.checktime)
+  end)
 end
 
 function H.refresh(run)

@@ -159,6 +159,34 @@ async fn editor_bang_expands_like_bang_and_reruns() {
     assert_eq!(ed.card().await.lines[0], r"$ printf 'a\nb%s\n' %");
 }
 
+/// Like `:!`: when a run that rewrote the file a buffer shows finishes, the buffer is reloaded
+/// ('autoread', on by default), for the user's bang command and an agent's tool call alike.
+#[tokio::test]
+async fn editor_files_a_run_rewrites_are_reloaded_as_after_bang() {
+    let ed = Editor::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "before\n").unwrap();
+    ed.cmd(&format!("edit {}", file.display())).await;
+    let shows_file = |file: &Path| {
+        let want = std::fs::read_to_string(file).unwrap();
+        let lines: Vec<String> = want.lines().map(|l| format!("{l:?}")).collect();
+        format!(
+            "vim.deep_equal(vim.api.nvim_buf_get_lines(0, 0, -1, false), {{{}}})",
+            lines.join(", ")
+        )
+    };
+    ed.cmd("AgentBash sed -i 's/before/after the bang command/' %").await;
+    ed.card_done().await;
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "after the bang command\n");
+    ed.wait_lua(&shows_file(&file)).await;
+    let path = file.display().to_string();
+    ed.tool_call("w", &format!("{{command = \"printf 'from the agent\\\\n' > '{path}'\"}}")).await;
+    ed.tool_result("w", "exit_code").await;
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "from the agent\n");
+    ed.wait_lua(&shows_file(&file)).await;
+}
+
 #[tokio::test]
 async fn editor_titles_tick_and_hidden_endings_notify() {
     let ed = Editor::start().await;
