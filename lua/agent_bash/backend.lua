@@ -14,9 +14,10 @@ local log = require('agent_bash.log')
 ---@field pid? integer
 ---@field session_dir? string
 ---@field session_id? string
----@field warmed? boolean the prewarmed bang shell is ready
+---@field warmed? boolean true: the prewarmed bang shell is ready; false: the warm-up ran but started no shell
 ---@field changes? boolean change receipts (SPEC §13) are on in the backend's settings
 ---@field changes_watch? boolean receipts watch the projects' folders (`[changes] watch`)
+---@field git? string the git program receipts run (`[changes] git`, else `git`)
 ---@field fence? string the sandbox of tool calls and the kernel's Landlock support
 ---@field fence_ok? boolean false when tool calls are to be fenced but the kernel cannot
 ---@field spawn? string whether plain commands start without bash's fork (the spawn builtin)
@@ -198,7 +199,8 @@ end
 
 --- Cold start (option `prewarm`): starts the backend and asks it to start the bang shell (and
 --- take the rc snapshot) in the background, so the first `:AgentBash` finds both ready.
---- `info().warmed` becomes true when the shell is ready.
+--- `info().warmed` becomes true when the shell is ready (false when none could be started
+--- ahead: the bang session was busy, the session limit was reached, or the shell failed).
 function M.prewarm()
   if not require('agent_bash.config').options.prewarm or H.warm_sent then
     return
@@ -227,8 +229,8 @@ function M._on_event(ev)
     return
   end
   if type(ev) == 'table' and ev.type == 'warmed' then
-    H.info.warmed = true
-    log.info('backend warmed up in %s ms', tostring(ev.ms))
+    H.info.warmed = ev.ready == true
+    log.info('backend warm-up done in %s ms (shell ready: %s)', tostring(ev.ms), tostring(ev.ready))
     return
   end
   vim.schedule(function()
@@ -288,6 +290,7 @@ function H.start()
     fence_ok = hello.fence_ok,
     changes = hello.changes,
     changes_watch = hello.changes_watch,
+    git = hello.git,
     spawn = hello.spawn,
   }
   log.info('backend %s (pid %s) on channel %d, artifacts in %s', tostring(hello.version), tostring(hello.pid), chan, tostring(hello.session_dir))

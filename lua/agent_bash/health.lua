@@ -52,7 +52,7 @@ function M.check()
   if type(profile) == 'string' and profile ~= '' then
     health.info('bang commands run under the remote profile: ' .. profile .. ' (g:agent_bash_profile; a buffer\'s b:agent_bash_profile overrides it)')
   else
-    health.info('bang commands run on this machine (no g:agent_bash_profile; a buffer\'s b:agent_bash_profile overrides it)')
+    health.info('bang commands: no g:agent_bash_profile, so the settings file decides ([profile_by_key] bang, else default_profile; this machine when neither is set); a buffer\'s b:agent_bash_profile overrides it')
   end
   local settings = require('agent_bash.config').options.settings_file
   if settings then
@@ -76,11 +76,14 @@ function H.changes(health, backend)
   health.start('agent-bash: change receipts (:AgentBashUndo, :AgentBashDiff)')
   local info = backend.info()
   local on = info.changes
-  if vim.fn.executable('git') == 1 then
-    local out = vim.fn.system({ 'git', '--version' })
-    health.ok('git: ' .. vim.trim(out) .. ' (' .. vim.fn.exepath('git') .. ')')
+  -- The program the backend runs: `[changes] git` of the settings file, else `git` on PATH.
+  local git = type(info.git) == 'string' and info.git or 'git'
+  if vim.fn.executable(git) == 1 then
+    local out = vim.fn.system({ git, '--version' })
+    health.ok('git: ' .. vim.trim(out) .. ' (' .. vim.fn.exepath(git) .. ')')
   elseif on ~= false then
-    health.warn('git not found on PATH: results say `changes_unavailable` and nothing can be undone', {
+    local where = git == 'git' and 'git not found on PATH' or ('git not found: ' .. git .. ' ([changes] git)')
+    health.warn(where .. ': results say `changes_unavailable` and nothing can be undone', {
       'install git, or name it in the settings file: [changes] git = "/path/to/git"',
     })
   end
@@ -176,7 +179,11 @@ function H.ping(health, backend)
     end
     local opts = require('agent_bash.config').options
     if opts.prewarm then
-      health.info('prewarm: ' .. (info.warmed and 'the bang shell was ready before the first command' or 'not done yet (it runs once a UI attaches)'))
+      local said = {
+        [true] = 'the bang shell was ready before the first command',
+        [false] = 'ran, but started no shell ahead (the bang session was busy, the session limit was reached, or the shell failed: see the log)',
+      }
+      health.info('prewarm: ' .. (said[info.warmed] or 'not done yet (it runs once a UI attaches)'))
     else
       health.info('prewarm: off')
     end

@@ -31,14 +31,15 @@ function M.run(cmd, opts)
   end, false, 'a non-empty command')
   validate('opts', opts, 'table', true)
   opts = opts or {}
-  -- A per-buffer or global remote profile (SPEC §12): the command runs over there, where the
-  -- session's shell is (the editor's directory means nothing on the other side).
-  local profile = H.profile()
+  -- A per-buffer or global remote profile (SPEC §12), else the settings' default: on this
+  -- machine the command starts in the editor's directory; over there (the backend knows which
+  -- profile applies) where the session's shell is (`local_cwd`).
   local run = require('agent_bash.runs').start({
     origin = 'bang',
     command = cmd,
-    cwd = not profile and vim.fn.getcwd() or nil,
-    profile = profile,
+    cwd = vim.fn.getcwd(),
+    local_cwd = true,
+    profile = H.profile(),
     exclude = opts.exclude and true or false,
     pty = opts.pty and true or nil,
     enter = require('agent_bash.config').options.card.enter,
@@ -97,8 +98,11 @@ function M.tool_call(params, callbacks)
   local run = require('agent_bash.runs').start({
     origin = 'tool',
     command = params.command,
-    -- A remote cwd is a path over there: sent as given.
+    -- A remote cwd is a path over there: sent as given. Without a profile the settings may
+    -- still send the call elsewhere (`default_profile`): the backend then uses `remote_cwd`.
     cwd = remote and params.cwd or H.resolve_cwd(params.cwd, root),
+    local_cwd = not remote or nil,
+    remote_cwd = not remote and params.cwd or nil,
     cwd_label = remote and params.cwd or require('agent_bash.card').cwd_label(params.cwd, root),
     profile = params.profile,
     timeout = params.timeout,

@@ -25,6 +25,8 @@ local log = require('agent_bash.log')
 ---@field origin agent_bash.Origin
 ---@field command string
 ---@field cwd string sent to the backend
+---@field local_cwd? boolean `cwd` is the editor's: a run the backend sends to a remote profile starts at `remote_cwd` instead
+---@field remote_cwd? string the caller's own cwd, for a run that goes to a remote profile
 ---@field cwd_label? string shown in the header
 ---@field timeout? number
 ---@field head? integer
@@ -79,6 +81,8 @@ function M.start(spec)
     origin = spec.origin,
     command = spec.command,
     cwd = spec.cwd,
+    local_cwd = spec.local_cwd,
+    remote_cwd = spec.remote_cwd,
     timeout = spec.timeout,
     head = spec.head,
     tail = spec.tail,

@@ -12,7 +12,9 @@
 //!   UTF-8, unknown methods) is answered with an error naming the problem; a notification has
 //!   no answer, so Lua gets a `protocol_error` event instead. The backend keeps serving.
 //! * notifications (long work; never block the dispatch loop): `run {id, origin, command, cwd,
-//!   timeout?, head?, tail?, tools?, session_key?, exclude_from_context, pty?, ui?}`,
+//!   local_cwd?, remote_cwd?, timeout?, head?, tail?, tools?, session_key?, profile?,
+//!   exclude_from_context, pty?, ui?}` (`local_cwd`: `cwd` is the editor's; a run that goes to a
+//!   remote profile starts at `remote_cwd`, or where its shell is),
 //!   `warm {}` (start the first bang shell and the rc snapshot now; answered by a `warmed`
 //!   event),
 //!   `cancel {id}` (a PTY run is force-killed), `pty_input {id, data}` (raw bytes typed in the
@@ -150,6 +152,19 @@ impl Handler for Backend {
                     ("session_dir", Value::from(self.rt.store().dir().to_string_lossy().as_ref())),
                     ("changes", Value::from(self.rt.changes().enabled())),
                     ("changes_watch", Value::from(self.rt.changes().watching())),
+                    // The git program receipts run (`[changes] git`, else `git` on PATH).
+                    (
+                        "git",
+                        Value::from(
+                            self.rt
+                                .settings()
+                                .changes
+                                .git
+                                .as_deref()
+                                .map_or("git".into(), |p| p.to_string_lossy())
+                                .as_ref(),
+                        ),
+                    ),
                     ("fence", Value::from(self.rt.fence_report().as_str())),
                     ("fence_ok", Value::from(self.rt.fence_usable())),
                     ("spawn", Value::from(self.rt.spawn_report().as_str())),
@@ -339,6 +354,18 @@ impl Backend {
             Err(e) => return send(&nvim, refuse(e)).await,
         };
         req.display = true;
+        // `local_cwd`: `cwd` is the editor's directory (or a path resolved against it), which
+        // means nothing on another machine. A run that its profile, or the settings'
+        // `default_profile` / `[profile_by_key]`, sends elsewhere starts at `remote_cwd`
+        // instead: the caller's own path over there, else where that session's shell is.
+        if params.get("local_cwd").and_then(|v| v.as_bool()) == Some(true)
+            && matches!(self.rt.remote_profile(&req), Ok(Some(_)))
+        {
+            req.cwd = match super::rpc::get_str(&params, "remote_cwd") {
+                Ok(c) => c,
+                Err(e) => return send(&nvim, refuse(e)).await,
+            };
+        }
         let limited = req.head.is_some() || req.tail.is_some();
         if let Some(ui) = params.get("ui").and_then(|v| v.as_bool()) {
             self.rt.set_ui_attached(ui);

@@ -402,7 +402,10 @@ fn id_key(v: &Value) -> String {
     }
 }
 
-fn get_str(obj: &Map<String, Value>, k: &str) -> std::result::Result<Option<String>, String> {
+pub(crate) fn get_str(
+    obj: &Map<String, Value>,
+    k: &str,
+) -> std::result::Result<Option<String>, String> {
     match obj.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),

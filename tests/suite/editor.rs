@@ -187,6 +187,41 @@ async fn editor_files_a_run_rewrites_are_reloaded_as_after_bang() {
     ed.wait_lua(&shows_file(&file)).await;
 }
 
+/// The editor's directory is a path on this machine: a bang command or tool call that the
+/// settings send to a remote profile (`default_profile`) starts where that session's shell is,
+/// and `"local"` (which overrides the default) starts in the editor's directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editor_runs_the_settings_send_elsewhere_do_not_take_the_editors_directory() {
+    let sshd = super::sshd::Sshd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    let argv = serde_json::to_string(&sshd.argv()).unwrap();
+    std::fs::write(&cfg, format!("default_profile = \"dev\"\n[profiles]\ndev = {argv}\n")).unwrap();
+    let ed = Editor::start().await;
+    ed.lua(&format!(
+        "require('agent_bash').setup({{settings_file = {:?}}})",
+        cfg.to_str().unwrap()
+    ))
+    .await;
+    let editor_dir = ed.lua("return vim.fn.getcwd()").await.as_str().unwrap().to_string();
+    // Where a login over there starts: asked over a connection of its own.
+    let remote_start = sshd.ssh("pwd").trim().to_string();
+    assert_ne!(remote_start, editor_dir);
+    ed.cmd("AgentBash pwd").await;
+    let card = ed.card_done().await;
+    assert!(card.lines.contains(&remote_start), "{card:?}");
+    ed.tool_call("t", "{command = 'pwd'}").await;
+    let out = ed.tool_result("t", "output").await;
+    assert_eq!(out.as_str(), Some(format!("{remote_start}\n").as_str()));
+    // A tool call's own cwd is a path over there.
+    ed.tool_call("t2", "{command = 'pwd', cwd = '/tmp'}").await;
+    assert_eq!(ed.tool_result("t2", "output").await.as_str(), Some("/tmp\n"));
+    ed.cmd("let g:agent_bash_profile = 'local'").await;
+    ed.cmd("AgentBash pwd").await;
+    let card = ed.card_done().await;
+    assert!(card.lines.contains(&editor_dir), "{card:?}");
+}
+
 #[tokio::test]
 async fn editor_titles_tick_and_hidden_endings_notify() {
     let ed = Editor::start().await;
