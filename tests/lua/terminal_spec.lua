@@ -228,9 +228,10 @@ t.describe('terminal', function()
   t.it('a PTY run that gets no terminal shows a card instead', function()
     vim.cmd('AgentBashTerm echo hi') -- the fake runs it with pipes
     local card = float.cards()[1]
+    -- The finished card (a live update shows `hi` above a `Running…` line first).
     t.wait(function()
       card = float.cards()[1]
-      return card and lines(card.buf)[2] == 'hi'
+      return card and card.run.finished and lines(card.buf)[2] == 'hi'
     end)
     t.eq({ '$ echo hi', 'hi' }, lines(card.buf))
     ab.close_all()
