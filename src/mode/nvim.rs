@@ -146,25 +146,16 @@ impl Handler for Backend {
             "hello" => {
                 let theirs = params.get("version").and_then(|v| v.as_str()).unwrap_or("?");
                 tracing::info!("hello from the Lua plugin {theirs}");
+                // The git program receipts run (`[changes] git`, else `git` on PATH).
+                let git = self.rt.settings().changes.git.as_deref();
+                let git = git.map_or("git".into(), std::path::Path::to_string_lossy);
                 Ok(map(vec![
                     ("version", Value::from(env!("CARGO_PKG_VERSION"))),
                     ("pid", Value::from(std::process::id())),
                     ("session_dir", Value::from(self.rt.store().dir().to_string_lossy().as_ref())),
                     ("changes", Value::from(self.rt.changes().enabled())),
                     ("changes_watch", Value::from(self.rt.changes().watching())),
-                    // The git program receipts run (`[changes] git`, else `git` on PATH).
-                    (
-                        "git",
-                        Value::from(
-                            self.rt
-                                .settings()
-                                .changes
-                                .git
-                                .as_deref()
-                                .map_or("git".into(), |p| p.to_string_lossy())
-                                .as_ref(),
-                        ),
-                    ),
+                    ("git", Value::from(git.as_ref())),
                     ("fence", Value::from(self.rt.fence_report().as_str())),
                     ("fence_ok", Value::from(self.rt.fence_usable())),
                     ("spawn", Value::from(self.rt.spawn_report().as_str())),
