@@ -53,6 +53,10 @@ command('AgentBashToggle', function()
   api().toggle()
 end, { nargs = 0, desc = 'agent-bash: collapse/expand the newest card' })
 
+command('AgentBashRestart', function()
+  api().restart()
+end, { nargs = 0, desc = 'agent-bash: restart the backend (it reads the settings file again) once running commands end' })
+
 command('AgentBashClose', function()
   api().close_all()
 end, { nargs = 0, desc = 'agent-bash: close every card' })

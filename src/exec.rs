@@ -151,11 +151,10 @@ impl Runtime {
         let base = shell::runtime_base();
         let runtime_dir = crate::shell::rundir::RunDir::create(&base)?;
         runtime_dir.sweep_in_background(base);
-        let bang_env = command_env(&settings, &shell);
-        let env = bang_env
-            .iter()
+        let bang_env = bang_env(&settings, &shell);
+        let env = command_env(&settings, &shell)
+            .into_iter()
             .filter(|(k, _)| !EDITOR_HANDLES.iter().any(|h| k == h))
-            .cloned()
             .collect();
         let owner = shell::nonce();
         let interceptor = Interceptor::new(&settings.interceptor);
@@ -907,19 +906,16 @@ fn live(sink: &Sink, display: Option<&Display>, pending: &str, last: bool) -> Li
 /// environment (SPEC §5); bang commands keep them, as `:!` does.
 pub const EDITOR_HANDLES: &[&str] = &["NVIM", "NVIM_LISTEN_ADDRESS"];
 
-/// The environment of every command (SPEC §5, §6): the caller's environment, the agent markers,
-/// the hardening, then the user's `env` setting on top. Tool calls get it without
-/// [`EDITOR_HANDLES`].
+/// The environment of a tool call (SPEC §5, §6): the caller's environment, the agent markers,
+/// the non-interactive hardening (pagers, editors, prompts, `CI`), then the user's `env`
+/// setting on top. Tool calls get it without [`EDITOR_HANDLES`].
 pub fn command_env(settings: &Settings, shell: &Path) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> =
-        std::env::vars_os().filter(|(k, _)| k != procs::OWNER_VAR).collect();
+    let mut env = base_env(shell);
     let mut set = |k: &str, v: &str| {
         env.retain(|(ek, _)| ek != k);
         env.push((k.into(), v.into()));
     };
-    set("SHELL", &shell.to_string_lossy());
     set("GPG_TTY", "not a tty");
-    set("AGENT_BASH", "1");
     for (k, v) in settings::HARDENING {
         set(k, v);
     }
@@ -929,6 +925,29 @@ pub fn command_env(settings: &Settings, shell: &Path) -> Vec<(OsString, OsString
     for (k, v) in &settings.env {
         set(k, v);
     }
+    env
+}
+
+/// The environment of a bang command (`:AgentBash`, `:AgentBashTerm`): the user's own, as `:!`
+/// gives it. No hardening and no `CI`: the user's `EDITOR`/`PAGER` make `git commit` and `man`
+/// work in a terminal float, and npm or jest behave as in the user's terminal. The agent
+/// marker, `SHELL` and the user's `env` setting are added.
+pub fn bang_env(settings: &Settings, shell: &Path) -> Vec<(OsString, OsString)> {
+    let mut env = base_env(shell);
+    for (k, v) in &settings.env {
+        env.retain(|(ek, _)| ek != k.as_str());
+        env.push((k.into(), v.into()));
+    }
+    env
+}
+
+/// The caller's environment (without our owner mark) plus `SHELL` and `AGENT_BASH=1`.
+fn base_env(shell: &Path) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != procs::OWNER_VAR && k != "SHELL" && k != "AGENT_BASH")
+        .collect();
+    env.push(("SHELL".into(), shell.as_os_str().into()));
+    env.push(("AGENT_BASH".into(), "1".into()));
     env
 }
 

@@ -101,6 +101,71 @@ function M.stop()
   end
 end
 
+--- Why the last start failed, in the backend's own words (nil after a successful start).
+---@return string?
+function M.start_error()
+  return H.start_error
+end
+
+--- Restarts the backend so that it reads its settings again (`:AgentBashRestart`, `setup()`
+--- with another `settings_file`). Commands it runs are not cut short: the restart waits until
+--- they end, and says which it waits for. Returns true when it restarted now.
+---@param opts? {quiet?: boolean} quiet: say nothing on success
+---@return boolean
+function M.restart(opts)
+  local waiting = vim.tbl_filter(function(run)
+    return not run.remote_cancel
+  end, require('agent_bash.runs').running())
+  if H.chan and #waiting > 0 then
+    H.restart_pending = opts or {}
+    local names = vim.tbl_map(function(run)
+      return '$ ' .. run.state.command
+    end, waiting)
+    vim.notify(
+      ('agent-bash: the backend restarts once %d running command%s end%s: %s'):format(
+        #waiting,
+        #waiting == 1 and '' or 's',
+        #waiting == 1 and 's' or '',
+        table.concat(names, ', ')
+      ),
+      vim.log.levels.INFO
+    )
+    return false
+  end
+  H.restart_pending = nil
+  M.stop()
+  H.warm_sent = false
+  local chan, err = M.ensure()
+  if not chan then
+    vim.notify('agent-bash: the backend did not start: ' .. tostring(err), vim.log.levels.ERROR)
+  elseif not (opts and opts.quiet) then
+    local settings = require('agent_bash.config').options.settings_file
+    vim.notify(
+      ('agent-bash: backend restarted (%s)'):format(settings and ('settings: ' .. settings) or 'no settings file'),
+      vim.log.levels.INFO
+    )
+  end
+  return chan ~= nil
+end
+
+--- A run ended: a restart that waited for running commands happens once none is left.
+function M._on_run_end()
+  if not H.restart_pending then
+    return
+  end
+  local left = vim.tbl_filter(function(run)
+    return not run.remote_cancel
+  end, require('agent_bash.runs').running())
+  if #left == 0 then
+    local opts = H.restart_pending
+    vim.schedule(function()
+      if H.restart_pending then
+        M.restart(opts)
+      end
+    end)
+  end
+end
+
 --- What is known about the running backend (empty fields when it is not running).
 ---@return agent_bash.BackendInfo
 function M.info()
@@ -250,6 +315,8 @@ H.stopping = {} ---@type table<integer, boolean>
 H.warned_version = false
 H.warm_sent = false
 H.leaving = false
+H.start_error = nil ---@type string?
+H.restart_pending = nil ---@type table?
 
 function H.start()
   local bin, err = M.bin()
@@ -260,8 +327,14 @@ function H.start()
   H.autocmds()
   local argv = M.argv(bin)
   log.info('starting backend: %s', table.concat(argv, ' '))
+  -- What the backend says on stderr before it dies (a settings file it refuses, a bad flag)
+  -- becomes the error the user sees, instead of a closed channel.
+  local stderr = {}
   local ok, chan = pcall(vim.fn.jobstart, argv, {
     rpc = true,
+    on_stderr = function(_, data)
+      H.collect(stderr, data)
+    end,
     on_exit = function(job, code)
       H.on_exit(job, code)
     end,
@@ -274,12 +347,18 @@ function H.start()
   local version = require('agent_bash').version
   local hok, hello = pcall(vim.rpcrequest, chan, 'hello', { version = version })
   if not hok or type(hello) ~= 'table' then
-    local msg = ('backend did not answer hello: %s'):format(hok and vim.inspect(hello) or M.error_text(hello))
-    log.error('%s', msg)
     H.stopping[chan] = true
+    -- A backend that exits at start wrote why on stderr: wait for it (bounded) and say that.
+    vim.fn.jobwait({ chan }, 2000)
     pcall(vim.fn.jobstop, chan)
+    local said = H.stderr_text(stderr)
+    local msg = said
+      or ('backend did not answer hello: %s'):format(hok and vim.inspect(hello) or M.error_text(hello))
+    log.error('%s', msg)
+    H.start_error = msg
     return nil, msg
   end
+  H.start_error = nil
   H.chan = chan
   H.info = {
     bin = bin,
@@ -305,6 +384,27 @@ function H.start()
     )
   end
   return chan
+end
+
+--- Appends a job's output chunks (`on_stderr` data: the first item continues the last line).
+function H.collect(acc, data)
+  if #acc > 200 then
+    return -- bounded: the first lines say why
+  end
+  if #acc > 0 and data[1] then
+    acc[#acc] = acc[#acc] .. data[1]
+    table.remove(data, 1)
+  end
+  vim.list_extend(acc, data)
+end
+
+--- The backend's own words from its stderr, without the program-name prefix; nil when silent.
+function H.stderr_text(acc)
+  local text = vim.trim(table.concat(acc, '\n'))
+  if text == '' then
+    return nil
+  end
+  return (text:gsub('^agent%-bash: ', ''))
 end
 
 function H.on_exit(chan, code)

@@ -255,6 +255,14 @@ function H.char_width(ch)
   return w
 end
 
+--- `Bash command failed: <message>`; a message of several lines (the backend's own text, such
+--- as a settings file it refused) takes several card lines.
+function H.add_error(ctx, message)
+  for i, line in ipairs(vim.split(tostring(message), '\n', { plain = true })) do
+    H.add(ctx, M.clamp(i == 1 and ('Bash command failed: ' .. line) or line), 'AgentBashError')
+  end
+end
+
 function H.add(ctx, text, group)
   ctx.lines[#ctx.lines + 1] = text
   if group or ctx.state.exclude then
@@ -406,7 +414,7 @@ function H.tool_body(ctx)
     H.add(ctx, '(no output)', 'AgentBashMore')
   end
   if s.error then
-    H.add(ctx, 'Bash command failed: ' .. s.error, 'AgentBashError')
+    H.add_error(ctx, s.error)
   end
   local warning = H.truncation_warning(s)
   if warning then
@@ -495,7 +503,7 @@ function H.bang_body(ctx)
     return
   end
   if s.error then
-    H.add(ctx, 'Bash command failed: ' .. s.error, 'AgentBashError')
+    H.add_error(ctx, s.error)
   elseif r then
     if r.timed_out then
       H.add(ctx, '(timed out)', 'AgentBashWarning')

@@ -54,14 +54,7 @@ function M.check()
   else
     health.info('bang commands: no g:agent_bash_profile, so the settings file decides ([profile_by_key] bang, else default_profile; this machine when neither is set); a buffer\'s b:agent_bash_profile overrides it')
   end
-  local settings = require('agent_bash.config').options.settings_file
-  if settings then
-    if vim.fn.filereadable(vim.fn.expand(settings)) == 1 then
-      health.ok('settings file: ' .. settings)
-    else
-      health.error('settings file is not readable: ' .. settings)
-    end
-  end
+  H.settings(health, backend, bin)
 
   if bin then
     H.ping(health, backend)
@@ -104,6 +97,35 @@ function H.changes(health, backend)
 end
 
 -- Helpers -----------------------------------------------------------------------------------
+
+--- The settings file, as the backend reads it: a file the backend refuses is an ERROR with the
+--- backend's own text (it is what keeps every command from running).
+function H.settings(health, backend, bin)
+  local settings = require('agent_bash.config').options.settings_file
+  if not settings then
+    health.info('settings file: none (option settings_file)')
+    return
+  end
+  local path = vim.fn.expand(settings)
+  if vim.fn.filereadable(path) ~= 1 then
+    health.error('settings file is not readable: ' .. settings)
+    return
+  end
+  if not bin then
+    health.info('settings file: ' .. settings .. ' (not read yet: no backend binary)')
+    return
+  end
+  local chan, err = backend.ensure()
+  if chan then
+    health.ok('settings file: ' .. settings .. ' (read by the running backend)')
+  elseif tostring(err):find(path, 1, true) then
+    health.error('settings file ' .. settings .. ': ' .. tostring(err), {
+      'fix the file, then :AgentBashRestart (the backend reads it again)',
+    })
+  else
+    health.warn('settings file: ' .. settings .. ' (not read: the backend did not start)')
+  end
+end
 
 --- The MCP servers (`agent-bash mcp`) that show their calls in this editor (SPEC §11).
 function H.mirror(health)

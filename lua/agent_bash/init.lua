@@ -10,7 +10,21 @@ M.version = '0.1.0'
 --- Merges options into the configuration (see `:h agent_bash-config`). Optional.
 ---@param opts? table
 function M.setup(opts)
-  require('agent_bash.config').setup(opts)
+  local config = require('agent_bash.config')
+  local before = config.options.settings_file
+  config.setup(opts)
+  -- A running backend read the old settings: it restarts with the new ones (once the commands
+  -- it runs have ended). Not started yet: it reads them when it starts.
+  local backend = package.loaded['agent_bash.backend']
+  if config.options.settings_file ~= before and backend and backend.info().chan then
+    backend.restart()
+  end
+end
+
+--- Restarts the backend so that it reads its settings file again, once the commands it runs
+--- have ended (`:AgentBashRestart`).
+function M.restart()
+  require('agent_bash.backend').restart()
 end
 
 ---@class agent_bash.RunOpts

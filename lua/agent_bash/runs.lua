@@ -325,6 +325,7 @@ function H.finish(run, result)
   H.done[run.id] = run
   H.done[run.id - H.KEEP_DONE] = nil
   require('agent_bash.guard').update(M.running())
+  require('agent_bash.backend')._on_run_end()
   H.ensure_view(run)
   H.refresh(run)
   if run.term then

@@ -578,3 +578,120 @@ async fn editor_screen_card_layout_in_a_real_terminal() {
     let rows = tui.wait("hello").await;
     assert!(rows[0].starts_with("hello"), "{}", rows.join("\n"));
 }
+
+/// The variables the non-interactive hardening sets (SPEC §6), printed one per line.
+const ENV_PROBE: &str = "for v in CI EDITOR VISUAL GIT_EDITOR PAGER MANPAGER GIT_PAGER LESS GPG_TTY npm_config_yes; do echo \"$v=${!v-unset}\"; done";
+
+#[tokio::test]
+async fn editor_bang_commands_get_the_users_environment_tool_calls_the_hardening() {
+    let user = [
+        ("EDITOR", "vim"),
+        ("VISUAL", "nvim"),
+        ("GIT_EDITOR", "vi"),
+        ("PAGER", "less"),
+        ("MANPAGER", "less -s"),
+        ("GIT_PAGER", "delta"),
+    ];
+    let ed = Editor::start_with(true, env!("CARGO_MANIFEST_DIR"), &user).await;
+    // The backend starts with the first command and inherits the editor's environment; CI may
+    // be set by whatever runs the tests, the user here has none.
+    ed.lua("vim.env.CI = nil; vim.env.LESS = nil").await;
+    // The oracle: what `:!` (Neovim's own shell call) gives the same command.
+    let bang = ed.lua(&format!("return vim.fn.systemlist({{'bash', '-c', {ENV_PROBE:?}}})")).await;
+    let bang: Vec<String> =
+        bang.as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect();
+    assert!(bang.contains(&"CI=unset".to_string()) && bang.contains(&"EDITOR=vim".to_string()));
+    ed.cmd(&format!("AgentBash {ENV_PROBE}")).await;
+    let card = ed.card_done().await;
+    for line in &bang {
+        assert!(card.lines.contains(line), "bang card lacks {line:?}: {card:?}");
+    }
+    // A terminal float too: `git commit` and `man` get the user's editor and pager.
+    ed.attach_ui().await;
+    ed.cmd(&format!("AgentBashTerm {ENV_PROBE}")).await;
+    let term = ed.wait_term("npm_config_yes=").await;
+    for line in &bang {
+        assert!(term.contains(line), "terminal lacks {line:?}: {term:?}");
+    }
+    // A tool call keeps the non-interactive hardening.
+    ed.tool_call("t", &format!("{{command = {ENV_PROBE:?}}}")).await;
+    let out = ed.tool_result("t", "output").await;
+    let out = out.as_str().unwrap();
+    for want in [
+        "CI=true",
+        "EDITOR=true",
+        "VISUAL=true",
+        "GIT_EDITOR=true",
+        "PAGER=cat",
+        "MANPAGER=cat",
+        "GIT_PAGER=cat",
+        "LESS=FRX",
+        "GPG_TTY=not a tty",
+        "npm_config_yes=true",
+    ] {
+        assert!(out.lines().any(|l| l == want), "tool call lacks {want:?}: {out}");
+    }
+}
+
+#[tokio::test]
+async fn editor_settings_errors_are_shown_and_restart_reads_them_again() {
+    // 80×24: `:checkhealth` trips an assertion in 0.11.4 after a headless resize.
+    let ed = Editor::start_sized(false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("settings.toml");
+    std::fs::write(&bad, "bogus = 1\n").unwrap();
+    ed.lua(&format!("require('agent_bash').setup({{settings_file = {:?}}})", bad)).await;
+    // The card carries the backend's own words, not a closed channel.
+    // (the error notification reaches the RPC caller as an error: ignored here)
+    let _ = ed.nvim.command("AgentBash echo hi").await;
+    let card = ed.card_done().await;
+    let text = card.lines.join("\n");
+    assert!(text.contains("Bash command failed: settings ") && text.contains("bogus"), "{card:?}");
+    assert!(text.contains("unknown field"), "{card:?}");
+    assert!(
+        !text.contains("Invalid channel") && !text.contains("did not answer hello"),
+        "{card:?}"
+    );
+    // :checkhealth marks the settings file as the error, with that text.
+    ed.cmd("silent checkhealth agent_bash").await;
+    let health =
+        ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
+    let health = health.as_str().unwrap().to_string();
+    ed.cmd("bwipe").await;
+    let line = health
+        .lines()
+        .find(|l| l.contains("ERROR settings file"))
+        .unwrap_or_else(|| panic!("no settings ERROR in:\n{health}"));
+    assert!(line.contains(bad.to_str().unwrap()), "{line}");
+    assert!(health.contains("unknown field"), "{health}");
+    // Fixed on disk: :AgentBashRestart reads it again and commands run.
+    std::fs::write(&bad, "[env]\nAB_MARK = \"one\"\n").unwrap();
+    ed.cmd("AgentBashRestart").await;
+    assert!(ed.messages().await.contains("backend restarted"), "{}", ed.messages().await);
+    ed.cmd("AgentBash echo mark:$AB_MARK").await;
+    let card = ed.card_done().await;
+    assert!(card.lines.iter().any(|l| l == "mark:one"), "{card:?}");
+    // setup() with another settings file while a command runs: the restart waits for it and
+    // says so; once it ends the backend reads the new file.
+    let two = dir.path().join("two.toml");
+    std::fs::write(&two, "[env]\nAB_MARK = \"two\"\n").unwrap();
+    let pid = ed.lua("return require('agent_bash.backend').info().pid").await;
+    ed.cmd("AgentBash echo running; sleep 30").await;
+    ed.wait_lua("(function() local c = require('agent_bash.float').cards(); c = c[#c]; return c and #c.run.state.lines > 0 end)()").await;
+    ed.lua(&format!("require('agent_bash').setup({{settings_file = {:?}}})", two)).await;
+    let msgs = ed.messages().await;
+    assert!(
+        msgs.contains("restarts once 1 running command ends: $ echo running; sleep 30"),
+        "{msgs}"
+    );
+    assert_eq!(ed.lua("return require('agent_bash.backend').info().pid").await, pid);
+    ed.cmd("AgentBashCancel").await;
+    ed.wait_lua(&format!(
+        "(function() local p = require('agent_bash.backend').info().pid; return p ~= nil and p ~= {} end)()",
+        pid.as_i64().unwrap()
+    ))
+    .await;
+    ed.cmd("AgentBash echo mark:$AB_MARK").await;
+    let card = ed.card_done().await;
+    assert!(card.lines.iter().any(|l| l == "mark:two"), "{card:?}");
+}
