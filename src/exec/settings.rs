@@ -53,6 +53,19 @@ pub struct Settings {
     /// `[profile_by_key]`: the profile of one session key's calls that name none (overrides
     /// `default_profile`; `"local"` keeps a key on this machine).
     pub profile_by_key: BTreeMap<String, String>,
+    /// `[mcp]`: what `agent-bash mcp` answers (SPEC §11).
+    pub mcp: McpSettings,
+}
+
+/// `[mcp]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpSettings {
+    /// Tool results also carry the `BashResult` as structured content, and the tools declare an
+    /// output schema. Default false: agents that see structured content hand it to the model
+    /// instead of the text (SPEC §11), so by default the result is text only and the
+    /// `BashResult` travels in `_meta` (`agent-bash/result`).
+    pub structured_content: bool,
 }
 
 /// The error for a profile name the settings do not define.

@@ -2,8 +2,10 @@
 //! SDK (`rmcp`). Decode, call the runtime, encode; no business logic here.
 //!
 //! * tool `bash` → [`Runtime::run`] (the full tool path, §1–§7, persistent shell sessions). Text
-//!   content = the model-facing text of §7, structured content = the `BashResult`, `isError` =
-//!   its `is_error`. Bad input and blocked commands are tool errors with §2/§3's exact texts.
+//!   content = the model-facing text of §7 and nothing else the model could be shown instead:
+//!   the `BashResult` travels in the result's `_meta` under [`RESULT_META`]; structured content
+//!   and an output schema only with `[mcp] structured_content = true`. `isError` = its
+//!   `is_error`. Bad input and blocked commands are tool errors with §2/§3's exact texts.
 //! * progress: with a progress token, `notifications/progress` carry the live tail's last line
 //!   and the counters, at most [`PROGRESS_EVERY`] apart.
 //! * `notifications/cancelled` cancels the run (the process tree is killed as by any cancel);
@@ -58,6 +60,8 @@ pub struct McpArgs {
 pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// Longest request line accepted; a longer one is answered with an error, not buffered.
 const MAX_LINE: usize = 16 << 20;
+/// The `_meta` key of a tool result that holds the `BashResult` (or `bash_undo`'s data).
+pub const RESULT_META: &str = "agent-bash/result";
 /// The resource holding the user's recorded commands.
 const CONTEXT_URI: &str = "agent-bash://context";
 
@@ -67,6 +71,7 @@ pub async fn run(args: McpArgs) -> Result<i32> {
         Some(p) => Settings::load(p)?,
         None => Settings::default(),
     };
+    let structured = settings.mcp.structured_content;
     let rt = super::start_runtime(settings, None)?;
     tokio::spawn(rt.clone().evict_loop());
     let cwd = std::env::current_dir()?;
@@ -79,6 +84,7 @@ pub async fn run(args: McpArgs) -> Result<i32> {
         mirror,
         next: Arc::new(AtomicU64::new(0)),
         running: Arc::default(),
+        structured,
     };
     let running = server.running.clone();
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -108,6 +114,8 @@ struct Server {
     next: Arc<AtomicU64>,
     /// Cancel tokens of the running calls (cancelled when the client goes away).
     running: Arc<Mutex<std::collections::HashMap<u64, CancellationToken>>>,
+    /// `[mcp] structured_content`: results carry structured content, tools an output schema.
+    structured: bool,
 }
 
 impl ServerHandler for Server {
@@ -126,7 +134,7 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![bash_tool(), undo_tool()]))
+        Ok(ListToolsResult::with_all_items(vec![bash_tool(self.structured), undo_tool()]))
     }
 
     async fn call_tool(
@@ -217,15 +225,16 @@ impl ServerHandler for Server {
 
 impl Server {
     /// `bash_undo` (SPEC §13): puts back the files a `bash` call changed. The text is the
-    /// undo's summary or the refusal naming the files changed since; the structured content is
-    /// the undo's own receipt (`changes_id` undoes the undo) or `{conflicts}`.
+    /// undo's summary or the refusal naming the files changed since; the data (in `_meta`, and
+    /// as structured content when asked for) is the undo's own receipt (`changes_id` undoes the
+    /// undo) or `{conflicts}`.
     async fn undo(&self, args: JsonObject) -> CallToolResult {
         let id = match args.get("changes_id") {
             None | Some(Value::Null) => None,
             Some(v) => match v.as_u64() {
                 Some(n) => Some(n),
                 None => {
-                    return error_result(&format!(
+                    return self.error_result(&format!(
                         "\"changes_id\" must be a non-negative integer, got {v}"
                     ))
                 }
@@ -234,17 +243,9 @@ impl Server {
         match super::undo_json(&self.rt, id).await {
             Ok(done) => {
                 let text = done["output"].as_str().unwrap_or("").to_string();
-                let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
-                out.structured_content = Some(done);
-                out.is_error = Some(false);
-                out
+                shaped(text, Some(done), false, self.structured)
             }
-            Err((text, data)) => {
-                let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
-                out.structured_content = data;
-                out.is_error = Some(true);
-                out
-            }
+            Err((text, data)) => shaped(text, data, true, self.structured),
         }
     }
 
@@ -252,7 +253,7 @@ impl Server {
     async fn bash(&self, args: JsonObject, context: RequestContext<RoleServer>) -> CallToolResult {
         let mut req = match super::rpc::request_from(&args, Origin::Tool) {
             Ok(r) => r,
-            Err(e) => return error_result(&e),
+            Err(e) => return self.error_result(&e),
         };
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
@@ -332,7 +333,7 @@ impl Server {
                 if let Some(m) = mirror {
                     m.finish(key, super::nvim::error_event(0, &text));
                 }
-                return error_result(&text);
+                return self.error_result(&text);
             }
         };
         if let Some(m) = mirror {
@@ -351,7 +352,21 @@ impl Server {
             ev.extend(lines_and_hl(&lines));
             m.finish(key, map(ev));
         }
-        tool_result(&result)
+        self.tool_result(&result)
+    }
+
+    /// What the client gets for a finished run.
+    fn tool_result(&self, r: &BashResult) -> CallToolResult {
+        shaped(r.output.clone(), serde_json::to_value(r).ok(), r.is_error, self.structured)
+    }
+
+    /// A call that could not run (bad input): the exact message, as text and as a `BashResult`.
+    fn error_result(&self, message: &str) -> CallToolResult {
+        self.tool_result(&BashResult {
+            output: message.to_string(),
+            is_error: true,
+            ..Default::default()
+        })
     }
 }
 
@@ -396,20 +411,24 @@ fn progress_message(u: &LiveUpdate) -> String {
     }
 }
 
-/// What the client gets for a finished run.
-fn tool_result(r: &BashResult) -> CallToolResult {
-    let mut out = CallToolResult::success(vec![ContentBlock::text(r.output.clone())]);
-    out.structured_content = serde_json::to_value(r).ok();
-    out.is_error = Some(r.is_error);
+/// A tool result: `text` is the only content (what the model reads); `data` goes to `_meta`
+/// under [`RESULT_META`], and also to the structured content when `structured`.
+fn shaped(text: String, data: Option<Value>, is_error: bool, structured: bool) -> CallToolResult {
+    let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+    if let Some(data) = data {
+        if structured {
+            out.structured_content = Some(data.clone());
+        }
+        let mut meta = JsonObject::new();
+        meta.insert(RESULT_META.into(), data);
+        out.meta = Some(rmcp::model::MetaObject(meta));
+    }
+    out.is_error = Some(is_error);
     out
 }
 
-/// A call that could not run (bad input): the exact message, as text and as a `BashResult`.
-fn error_result(message: &str) -> CallToolResult {
-    tool_result(&BashResult { output: message.to_string(), is_error: true, ..Default::default() })
-}
-
-fn bash_tool() -> Tool {
+/// The `bash` tool; with `structured`, it declares the `BashResult`'s output schema.
+fn bash_tool(structured: bool) -> Tool {
     let input = json!({
         "type": "object",
         "properties": {
@@ -492,12 +511,15 @@ fn bash_tool() -> Tool {
         Value::Object(m) => m,
         _ => JsonObject::new(),
     };
-    Tool::new(
+    let tool = Tool::new(
         "bash",
         "Run a bash command in a persistent shell session and return its output (the tail when long; the full text stays readable as a resource). Non-zero exit, timeout and cancel are errors.",
         as_object(input),
-    )
-    .with_raw_output_schema(Arc::new(as_object(output)))
+    );
+    match structured {
+        true => tool.with_raw_output_schema(Arc::new(as_object(output))),
+        false => tool,
+    }
 }
 
 fn undo_tool() -> Tool {
@@ -688,7 +710,8 @@ mod tests {
 
     #[test]
     fn tool_schemas_are_objects_with_command_required() {
-        let t = bash_tool();
+        assert!(bash_tool(false).output_schema.is_none());
+        let t = bash_tool(true);
         assert_eq!(t.input_schema["type"], "object");
         assert_eq!(t.input_schema["required"], json!(["command"]));
         let out = t.output_schema.unwrap();

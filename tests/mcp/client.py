@@ -43,6 +43,18 @@ def text_of(result):
     return result.content[0].text
 
 
+def data(result, structured=False):
+    """The BashResult (or bash_undo's data) of a tool result: in `_meta` under
+    `agent-bash/result`; structured content only when the server was asked for it."""
+    assert result.meta is not None and "agent-bash/result" in result.meta, result
+    got = result.meta["agent-bash/result"]
+    if structured:
+        assert result.structured_content == got, result
+    else:
+        assert result.structured_content is None, result
+    return got
+
+
 async def basics(bin_path, state):
     params = server(bin_path, state)
     async with stdio_client(params) as (r, w):
@@ -55,7 +67,10 @@ async def basics(bin_path, state):
             assert [t.name for t in tools] == ["bash", "bash_undo"], tools
             bash = tools[0]
             jsonschema.Draft202012Validator.check_schema(bash.input_schema)
-            jsonschema.Draft202012Validator.check_schema(bash.output_schema)
+            # Text only by default: no output schema, so no structured content an agent could
+            # show its model instead of the text (SPEC §11).
+            assert bash.output_schema is None, bash
+            assert tools[1].output_schema is None, tools[1]
             assert bash.input_schema["required"] == ["command"]
             for k in ["command", "timeout", "cwd", "head", "tail", "session_key"]:
                 assert bash.input_schema["properties"][k]["description"], k
@@ -65,14 +80,13 @@ async def basics(bin_path, state):
             assert not r1.is_error, r1
             r2 = await s.call_tool("bash", {"command": "greet world"})
             assert text_of(r2) == "hello world\n", r2
-            assert r2.structured_content["output"] == "hello world\n"
-            assert r2.structured_content["exit_code"] == 0 and r2.is_error is False
-            jsonschema.validate(r2.structured_content, bash.output_schema)
+            assert data(r2)["output"] == "hello world\n"
+            assert data(r2)["exit_code"] == 0 and r2.is_error is False
 
             # A non-zero exit is an error result with the exact §7 wording.
             r3 = await s.call_tool("bash", {"command": "echo out; exit 3"})
             assert r3.is_error and text_of(r3) == "out\n\nCommand exited with code 3", r3
-            assert r3.structured_content["exit_code"] == 3
+            assert data(r3)["exit_code"] == 3
 
             # Bad input and blocked commands: tool errors with the exact §3 / §2 texts.
             r4 = await s.call_tool("bash", {"command": "pwd", "cwd": "/no/such/dir"})
@@ -85,7 +99,7 @@ async def basics(bin_path, state):
                 "Blocked: Use the `read` tool instead of cat/head/tail. It provides better context "
                 "and handles binary files.\n\nOriginal command: cat notes.txt"
             ), r6
-            assert r6.structured_content["blocked"]["suggested_tool"] == "read"
+            assert data(r6)["blocked"]["suggested_tool"] == "read"
             r7 = await s.call_tool("bash", {})
             assert r7.is_error and "command" in text_of(r7), r7
 
@@ -96,8 +110,8 @@ async def basics(bin_path, state):
             # Long output: truncated text with the notice; the artifact is a resource.
             r9 = await s.call_tool("bash", {"command": "seq 1 100000"})
             t9 = text_of(r9)
-            aid = r9.structured_content["artifact_id"]
-            assert r9.structured_content["truncated"] and t9.endswith(f"Full: artifact://{aid}]"), t9[-200:]
+            aid = data(r9)["artifact_id"]
+            assert data(r9)["truncated"] and t9.endswith(f"Full: artifact://{aid}]"), t9[-200:]
             listed = [str(x.uri) for x in (await s.list_resources()).resources]
             assert f"artifact://{aid}" in listed and "agent-bash://context" in listed, listed
             templates = [t.uri_template for t in (await s.list_resource_templates()).resource_templates]
@@ -213,7 +227,7 @@ async def call(bin_path, state, command, nvim_addr):
             await s.initialize()
             print("initialized", flush=True)
             res = await s.call_tool("bash", {"command": command})
-    emit(text=text_of(res), is_error=res.is_error, result=res.structured_content)
+    emit(text=text_of(res), is_error=res.is_error, result=data(res))
     print("ok call", flush=True)
 
 
@@ -230,8 +244,7 @@ async def changes(bin_path, state, project):
             bash = tools["bash"]
 
             r1 = await s.call_tool("bash", {"command": "echo new > made.txt; echo more >> kept.txt", "cwd": project})
-            sc = r1.structured_content
-            jsonschema.validate(sc, bash.output_schema)
+            sc = data(r1)
             assert sc["changes"] == [
                 {"path": "kept.txt", "kind": "modified"},
                 {"path": "made.txt", "kind": "added"},
@@ -245,25 +258,55 @@ async def changes(bin_path, state, project):
             assert not os.path.exists(os.path.join(project, "made.txt"))
             with open(os.path.join(project, "kept.txt")) as f:
                 assert f.read() == "kept\n"
-            redo = u1.structured_content["changes_id"]
+            redo = data(u1)["changes_id"]
 
             # Undo of the undo; then a refusal once a file changed again.
             u2 = await s.call_tool("bash_undo", {"changes_id": redo})
             assert not u2.is_error and os.path.exists(os.path.join(project, "made.txt")), u2
             with open(os.path.join(project, "made.txt"), "w") as f:
                 f.write("edited\n")
-            u3 = await s.call_tool("bash_undo", {"changes_id": u2.structured_content["changes_id"]})
+            u3 = await s.call_tool("bash_undo", {"changes_id": data(u2)["changes_id"]})
             assert u3.is_error, u3
-            assert text_of(u3) == f"Not undone: this file changed since run {u2.structured_content['changes_id']}: made.txt", text_of(u3)
-            assert u3.structured_content == {"conflicts": ["made.txt"]}, u3.structured_content
+            assert text_of(u3) == f"Not undone: this file changed since run {data(u2)['changes_id']}: made.txt", text_of(u3)
+            assert data(u3) == {"conflicts": ["made.txt"]}, u3
             u4 = await s.call_tool("bash_undo", {"changes_id": "x"})
             assert u4.is_error and "changes_id" in text_of(u4), u4
     print("ok changes", flush=True)
 
 
+async def structured(bin_path, state, project):
+    """`[mcp] structured_content = true` restores the structured shape: the BashResult as
+    structured content too, and output schemas it validates against."""
+    params = server(bin_path, state, config_extra="[mcp]\nstructured_content = true\n[changes]\nmax_snapshot_ms = 60000\n")
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            bash = tools["bash"]
+            jsonschema.Draft202012Validator.check_schema(bash.output_schema)
+            r1 = await s.call_tool("bash", {"command": "echo hi; exit 4"})
+            assert r1.is_error and text_of(r1) == "hi\n\nCommand exited with code 4", r1
+            sc = data(r1, structured=True)
+            assert sc["exit_code"] == 4 and sc["output"] == text_of(r1), sc
+            jsonschema.validate(sc, bash.output_schema)
+            r2 = await s.call_tool("bash", {"command": "echo x > f.txt", "cwd": project})
+            jsonschema.validate(data(r2, structured=True), bash.output_schema)
+            u = await s.call_tool("bash_undo", {})
+            assert not u.is_error, u
+            assert data(u, structured=True)["changes_id"], u
+    print("ok structured", flush=True)
+
+
 def main():
     scenario, bin_path, state, *rest = sys.argv[1:]
-    fn = {"basics": basics, "progress": progress, "cancel": cancel, "call": call, "changes": changes}[scenario]
+    fn = {
+        "basics": basics,
+        "progress": progress,
+        "cancel": cancel,
+        "call": call,
+        "changes": changes,
+        "structured": structured,
+    }[scenario]
     anyio.run(fn, bin_path, state, *rest)
 
 

@@ -72,6 +72,13 @@ async fn mcp_sdk_cancel_kills_setsid_and_term_ignoring_children() {
 }
 
 #[tokio::test]
+async fn mcp_sdk_structured_setting_restores_structured_content_and_output_schema() {
+    let state = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    scenario("structured", state.path(), &[project.path().to_str().unwrap()]).await;
+}
+
+#[tokio::test]
 async fn mcp_sdk_changes_and_bash_undo() {
     let state = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
@@ -173,6 +180,12 @@ async fn mcp_malformed_json_rpc_is_answered_and_the_server_keeps_serving() {
     assert_eq!(v["id"], 10, "{v}");
     assert_eq!(v["result"]["content"][0]["text"], "fine\n", "{v}");
     assert_eq!(v["result"]["isError"], false, "{v}");
+    // Text only: the BashResult is in `_meta`, never in a structured content an agent would
+    // hand its model instead of the text (SPEC §11).
+    assert_eq!(v["result"]["content"].as_array().unwrap().len(), 1, "{v}");
+    assert!(v["result"].get("structuredContent").is_none(), "{v}");
+    assert_eq!(v["result"]["_meta"]["agent-bash/result"]["output"], "fine\n", "{v}");
+    assert_eq!(v["result"]["_meta"]["agent-bash/result"]["exit_code"], 0, "{v}");
 }
 
 #[tokio::test]
