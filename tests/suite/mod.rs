@@ -1,5 +1,6 @@
 //! Integration suites, one file per area.
 
+mod agents;
 mod changes;
 mod differential;
 mod editor;
