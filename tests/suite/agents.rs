@@ -352,7 +352,7 @@ async fn interrupt_leaves_no_process(agent: &str) {
 }
 
 #[tokio::test]
-#[ignore = "until issue 25 items 1-2: Claude Code reads structured content and names itself in _meta"]
+#[ignore = "until issue 25 item 2: Claude Code names itself only in each request's _meta (its card says bash (MCP))"]
 async fn agents_claude_code_model_reads_our_text() {
     model_reads_our_text("claude").await;
 }
@@ -363,7 +363,6 @@ async fn agents_claude_code_interrupt_leaves_no_process() {
 }
 
 #[tokio::test]
-#[ignore = "until issue 25 item 1: Codex reads structured content"]
 async fn agents_codex_model_reads_our_text() {
     model_reads_our_text("codex").await;
 }
