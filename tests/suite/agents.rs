@@ -211,7 +211,9 @@ fn resource_read_is(agent: &str, raw: &Json, want: &str) {
             other => panic!("Codex resource result {other:.300}"),
         },
         "gemini" => {
+            // Gemini CLI puts a newline after each content's text.
             let out = raw["response"]["output"].as_str().unwrap_or_else(|| panic!("{raw:.300}"));
+            let out = out.strip_suffix('\n').unwrap_or_else(|| panic!("{out:.300}"));
             return same_text(agent, out, want, "artifact://0 read back (gemini)");
         }
         _ => unreachable!(),
