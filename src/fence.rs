@@ -83,6 +83,9 @@ pub struct Fence {
     pub writable: Vec<PathBuf>,
     /// TCP bind/connect allowed.
     pub network: bool,
+    /// The shell's own FIFO directory: its files may be opened for writing, nothing more
+    /// (no file made, removed or renamed there). Set by the shell at spawn.
+    pub fifos: Option<PathBuf>,
 }
 
 impl Fence {
@@ -100,7 +103,12 @@ impl Fence {
                 writable.push(p.clone());
             }
         }
-        Some(Fence { mode, writable, network })
+        Some(Fence { mode, writable, network, fifos: None })
+    }
+
+    /// A copy whose shell may write into the FIFOs of `dir` (and nothing else there).
+    pub fn with_fifos(&self, dir: PathBuf) -> Fence {
+        Fence { fifos: Some(dir), ..self.clone() }
     }
 
     /// A copy that may also write `path` (e.g. the cgroup file a PTY shell joins).
@@ -141,6 +149,11 @@ impl Fence {
             .add_rules(path_beneath_rules(["/"], AccessFs::from_read(LATEST)))
             .map_err(err)?
             .add_rules(path_beneath_rules(writable, AccessFs::from_all(LATEST)))
+            .map_err(err)?
+            .add_rules(path_beneath_rules(
+                self.fifos.iter(),
+                AccessFs::WriteFile | AccessFs::Truncate,
+            ))
             .map_err(err)?
             .restrict_self()
             .map_err(err)?;

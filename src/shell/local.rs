@@ -10,10 +10,14 @@
 //!   through `eval` with stdin /dev/null, so a syntax error is an ordinary failed command (exit 2)
 //!   instead of killing a shell that reads its script from stdin, and a command that reads stdin
 //!   cannot eat the protocol.
-//! * a status channel (bash: the shell's own stdout, which bash restores after each command's
-//!   redirections and keeps close-on-exec meanwhile; other shells: a dup of it, closed for the
-//!   command itself):
-//!   `D <seq> <status>` when the foreground part is done.
+//! * a status FIFO of the shell's own (`<shell dir>/f/st`), which the shell opens by name only
+//!   *after* the command, to write `<nonce> <status>` when the foreground part is done. The
+//!   nonce is random per command and travels only in the protocol line, after the command, so
+//!   the command cannot know it before it has ended: no descriptor the runtime reads a status
+//!   from is open while the command runs, and a forged line (on any descriptor, in the FIFO)
+//!   is just output (SPEC §5). The shell's stdout (a pipe) carries only the start-up reply;
+//!   afterwards it is watched for its end (the shell exited), and what is written to it is
+//!   dropped.
 //! * the output FIFO (one per command, created by us, opened for reading *before* the command is
 //!   sent, in fact while the previous command ran): stdout and stderr of the command in one
 //!   stream, in write order. Because it is a separate channel per command, background jobs that
@@ -33,10 +37,15 @@
 //! differ from `bash -c`: bash names the `eval` (`bash: eval: line 1: …`) where it names `-c`.
 //! Other shells (zsh, POSIX sh) get the same protocol inline.
 //!
-//! `exit`, `exec` and crashes end the shell process; the session notices through the status
-//! channel's EOF and the child's exit status, and the next command starts a fresh shell. A
-//! status fd the command managed to close makes the shell exit (`|| exit`), which the session
-//! notices the same way, instead of waiting forever for a status that cannot come.
+//! `exit`, `exec` and crashes end the shell process; the session notices through its stdout's
+//! EOF and the child's exit status, and the next command starts a fresh shell. A status FIFO
+//! the shell cannot open makes it exit (`|| exit`), which the session notices the same way,
+//! instead of waiting forever for a status that cannot come.
+//!
+//! Each shell's files live in a directory of its own that the backend makes before the shell
+//! starts (`<runtime>/sh-<id>/`: the drivers and the `cmd` file, read-only to a fenced shell;
+//! `f/`: the status and output FIFOs, the only things a fenced shell may open for writing
+//! there, see [`crate::fence`]).
 //!
 //! The shell runs in its own process group and its own [`procs::Group`] (a cgroup, and a child
 //! subreaper); cancel and timeout kill the whole group and throw the shell away.
@@ -48,7 +57,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::sync::CancellationToken;
 
@@ -228,7 +237,7 @@ fn shell_command(
 pub enum ShellKind {
     Bash,
     Zsh,
-    /// Any other POSIX shell: no `{var}>` redirections, so the status fd is fixed at 9.
+    /// Any other POSIX shell.
     Posix,
 }
 
@@ -247,18 +256,6 @@ impl ShellKind {
             ShellKind::Bash => &["--noprofile", "--norc"],
             ShellKind::Zsh => &["-f"],
             ShellKind::Posix => &[],
-        }
-    }
-
-    /// The status fd as written in redirections. Bash writes its status to its own stdout:
-    /// each command's redirections are undone when its `.` returns (even an `exec >file` inside
-    /// it), and the copy bash keeps meanwhile is close-on-exec, so no command or background job
-    /// holds it, and no redirection per command is needed to write it or to hide it.
-    fn status_fd(self) -> &'static str {
-        match self {
-            ShellKind::Posix => "9",
-            ShellKind::Bash => "1",
-            ShellKind::Zsh => "$__agent_bash_st",
         }
     }
 }
@@ -332,14 +329,16 @@ pub struct Shell {
     pid: i32,
     group: procs::Group,
     stdin: ChildStdin,
-    status: Lines<BufReader<ChildStdout>>,
+    /// The shell's stdout: the start-up reply, then only its end (the shell exited).
+    stdout: BufReader<ChildStdout>,
+    /// The status FIFO's read end (opened read-write: it never reports an end of file).
+    status: StatusFifo,
     seq: u64,
-    runtime_dir: PathBuf,
     /// The tree has been killed already: a second kill has nothing to do.
     killed: bool,
-    /// The shell's private copy of its original stdout, where status lines go.
-    status_fd: u32,
     kind: ShellKind,
+    /// This shell's directory (see the module docs), removed with the shell.
+    dir: PathBuf,
     /// Bash: the directory holding this shell's driver file (see the module docs).
     driver_dir: Option<PathBuf>,
     /// The read buffer, kept from one command to the next: zeroing [`READ_CHUNK`] bytes for
@@ -369,6 +368,12 @@ const COMMAND_NAME: &str = "cmd";
 /// pipe one byte per read(2), so the line names the file through it (`\builtin .
 /// "$__ab_c"`, 20 bytes instead of a path of 40 or more).
 const VAR_CMD_FILE: &str = "__ab_c";
+/// A read-only variable holding the path of the status FIFO.
+const VAR_STATUS_FILE: &str = "__ab_s";
+/// The subdirectory of a shell's directory holding its FIFOs.
+pub const FIFO_DIR: &str = "f";
+/// The status FIFO's name in [`FIFO_DIR`].
+const STATUS_NAME: &str = "st";
 /// The driver's file name: what bash names in error messages, as `bash -c` does.
 const DRIVER_NAME: &str = "bash";
 /// The shell variable naming the driver's directory: the spawn driver's for a plain command
@@ -406,6 +411,64 @@ pub fn nonce() -> String {
     format!("{}-{:x}-{n}", std::process::id(), t & 0xffff_ffff_ffff)
 }
 
+/// 16 random hex digits from the kernel (`getrandom`): the per-command token a status line
+/// must carry (see the module docs).
+fn random_token() -> io::Result<String> {
+    let mut b = [0u8; 8];
+    let mut got = 0;
+    while got < b.len() {
+        // SAFETY: getrandom writes at most the given length into our buffer.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += n as usize;
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// The status FIFO's read end, and what has been read from it that is no whole line yet.
+#[derive(Debug)]
+struct StatusFifo {
+    rx: tokio::net::unix::pipe::Receiver,
+    pending: Vec<u8>,
+}
+
+impl StatusFifo {
+    /// Makes the FIFO `path` (0600) and opens it read-write, so that no end of file ever comes.
+    fn open(path: &Path) -> io::Result<StatusFifo> {
+        make_fifo(path)?;
+        let rx = tokio::net::unix::pipe::OpenOptions::new().read_write(true).open_receiver(path)?;
+        Ok(StatusFifo { rx, pending: Vec::new() })
+    }
+
+    /// Takes what was read (`bytes`) and returns the status of the line that carries `token`
+    /// (`<token> <status>`), if one came. Anything else is dropped; a flood without a newline
+    /// keeps only its tail (a real line is short and written in one piece, so it is whole in
+    /// there whatever came before it).
+    fn take(&mut self, bytes: &[u8], token: &str) -> Option<i32> {
+        self.pending.extend_from_slice(bytes);
+        let mut found = None;
+        while let Some(nl) = memchr::memchr(b'\n', &self.pending) {
+            let line: Vec<u8> = self.pending.drain(..=nl).collect();
+            let line = String::from_utf8_lossy(&line[..nl]);
+            if let Some(at) = line.find(token) {
+                let rest = line[at + token.len()..].trim();
+                found = Some(rest.parse().unwrap_or(1));
+            }
+        }
+        if self.pending.len() > 4096 {
+            let cut = self.pending.len() - 128;
+            self.pending.drain(..cut);
+        }
+        found
+    }
+}
+
 /// Whether `pid` is blocked reading its standard input (`/proc/<pid>/syscall`: `read` on fd 0).
 fn waits_on_stdin(pid: i32) -> bool {
     #[allow(clippy::disallowed_methods)] // a small /proc file, read on an idle tick
@@ -436,18 +499,39 @@ impl Shell {
     /// Starts a shell, sources the snapshot and waits until it answers.
     pub async fn spawn(cfg: &ShellConfig) -> io::Result<Shell> {
         let kind = ShellKind::of(&cfg.shell);
+        // The shell's directory and FIFOs exist before it starts: a fenced shell is allowed
+        // to write its FIFOs and nothing else of ours (see the module docs).
+        let dir = cfg.runtime_dir.join(format!("sh-{}", nonce()));
+        super::rundir::private_dir(&dir)?;
+        let made = super::rundir::private_dir(&dir.join(FIFO_DIR))
+            .and_then(|()| StatusFifo::open(&dir.join(FIFO_DIR).join(STATUS_NAME)));
+        let status = match made {
+            Ok(st) => st,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
         let group = procs::Group::new(false);
         let (mut cmd, join) = shell_command(cfg, &[], &group);
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
-        let fence = cfg.fence.as_ref();
-        let mut child = procs::spawn_owned(
-            || crate::fence::spawn_fenced(fence, || cmd.spawn()),
+        let fence = cfg.fence.as_ref().map(|f| f.with_fifos(dir.join(FIFO_DIR)));
+        let spawned = procs::spawn_owned(
+            || crate::fence::spawn_fenced(fence.as_ref(), || cmd.spawn()),
             |c| c.id().map(|p| p as i32),
-        )?;
+        );
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
         drop(join);
         let pid = child.id().map(|p| p as i32).unwrap_or(-1);
         group.started(pid);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = std::fs::remove_dir_all(&dir);
             return Err(io::Error::other("shell pipes missing"));
         };
         let mut shell = Shell {
@@ -455,12 +539,12 @@ impl Shell {
             pid,
             group,
             stdin,
-            status: BufReader::new(stdout).lines(),
+            stdout: BufReader::new(stdout),
+            status,
             seq: 0,
-            runtime_dir: cfg.runtime_dir.clone(),
             killed: false,
-            status_fd: 9,
             kind,
+            dir: dir.clone(),
             driver_dir: None,
             buf: Vec::new(),
             cmd_file: None,
@@ -470,11 +554,6 @@ impl Shell {
             spawn: false,
         };
         let mut init = String::new();
-        match kind {
-            ShellKind::Posix => init.push_str("exec 9>&1\n"),
-            ShellKind::Bash => {}
-            ShellKind::Zsh => init.push_str("exec {__agent_bash_st}>&1\n"),
-        }
         if let Some(snap) = &cfg.snapshot {
             init.push_str(&format!(
                 ". {} </dev/null >/dev/null 2>&1\n",
@@ -482,10 +561,10 @@ impl Shell {
             ));
         }
         if kind == ShellKind::Bash {
-            let file = cfg.runtime_dir.join(format!("{pid}.d")).join(COMMAND_NAME);
             init.push_str(&format!(
-                "\\builtin readonly {VAR_CMD_FILE}={}\n",
-                quote(&file.to_string_lossy())
+                "\\builtin readonly {VAR_CMD_FILE}={} {VAR_STATUS_FILE}={}\n",
+                quote(&dir.join(COMMAND_NAME).to_string_lossy()),
+                quote(&dir.join(FIFO_DIR).join(STATUS_NAME).to_string_lossy()),
             ));
         }
         match kind {
@@ -511,13 +590,12 @@ impl Shell {
             }
             None => "''",
         };
-        // The reply names the status fd, so command lines can use the number itself. A prefix
-        // that moves the shell into another filesystem (`docker exec -i box`) cannot see our
-        // FIFOs: the reply says so, and the runtime runs such commands one process each.
+        // The reply comes on stdout. A prefix that moves the shell into another filesystem
+        // (`docker exec -i box`) cannot see our FIFOs: the reply says so, and the runtime runs
+        // such commands one process each.
         init.push_str(&format!(
-            "[ -d {dir} ] || {{ builtin printf 'R isolated\\n' >&{0}; exit 0; }}\nbuiltin printf 'R %s%s\\n' {0} {spawn_flag} >&{0}\n",
-            kind.status_fd(),
-            dir = quote(&cfg.runtime_dir.to_string_lossy()),
+            "[ -d {dir} ] || {{ builtin printf 'R isolated\\n'; exit 0; }}\nbuiltin printf 'R 1%s\\n' {spawn_flag}\n",
+            dir = quote(&dir.join(FIFO_DIR).to_string_lossy()),
         ));
         if spawn_so.is_some() {
             init.push_str("\\builtin unset __agent_bash_sp\n");
@@ -525,15 +603,15 @@ impl Shell {
         let ready = async {
             shell.stdin.write_all(init.as_bytes()).await?;
             shell.stdin.flush().await?;
-            match shell.status.next_line().await? {
-                Some(line) if line == "R isolated" => Err(io::Error::other(ISOLATED)),
+            let mut line = String::new();
+            let reply = match shell.stdout.read_line(&mut line).await? {
+                0 => None,
+                _ => Some(line.trim_end_matches('\n')),
+            };
+            match reply {
+                Some("R isolated") => Err(io::Error::other(ISOLATED)),
                 Some(line) if line.starts_with("R ") => {
-                    let mut words = line[2..].split_whitespace();
-                    match words.next().map(str::parse::<u32>) {
-                        Some(Ok(fd)) => shell.status_fd = fd,
-                        _ => return Err(io::Error::other(format!("bad status fd: {line}"))),
-                    }
-                    shell.spawn = words.next() == Some("spawn");
+                    shell.spawn = line.split_whitespace().nth(2) == Some("spawn");
                     Ok(())
                 }
                 Some(line) => Err(io::Error::other(format!("unexpected shell reply: {line}"))),
@@ -549,7 +627,7 @@ impl Shell {
             }
         };
         match tokio::time::timeout(READY_TIMEOUT, ready).await {
-            Ok(Ok(())) => match shell.write_driver(&cfg.runtime_dir) {
+            Ok(Ok(())) => match shell.write_driver() {
                 Ok(()) => Ok(shell),
                 Err(e) => {
                     shell.kill().await;
@@ -590,7 +668,14 @@ impl Shell {
         let (fifo, fd) = self.take_fifo(seq)?;
         let mut rx = Some(OutputEnd::Unwatched(fd));
         let quick_until = Instant::now() + QUICK;
-        let line = match self.command_line(seq, command, cwd, &fifo) {
+        let token = match random_token() {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = std::fs::remove_file(&fifo);
+                return Err(e);
+            }
+        };
+        let line = match self.command_line(&token, command, cwd, &fifo) {
             Ok(line) => line,
             Err(e) => {
                 let _ = std::fs::remove_file(&fifo);
@@ -613,6 +698,9 @@ impl Shell {
 
         let mut buf = std::mem::take(&mut self.buf);
         buf.resize(READ_CHUNK, 0);
+        let mut sbuf = [0u8; 512];
+        let mut dropped = [0u8; 512];
+        let mut ended_seen = false;
         let mut eof = false;
         let mut closed_early = false;
         let mut fg: Option<Ending> = None;
@@ -664,38 +752,20 @@ impl Shell {
                     closed_early = true;
                     rx = None;
                 }
-                line = self.status.next_line(), if fg.is_none() => {
-                    match line {
-                        Ok(Some(l)) => {
-                            let mut parts = l.split(' ');
-                            match (parts.next(), parts.next().and_then(|s| s.parse::<u64>().ok()), parts.next()) {
-                                (Some("D"), Some(s), Some(code)) if s == seq => {
-                                    fg = Some(Ending::Done(code.parse().unwrap_or(1)));
-                                    fg_at = Some(Instant::now());
-                                }
-                                _ => tracing::debug!("ignoring status line {l:?}"),
-                            }
-                        }
-                        Ok(None) | Err(_) => {
-                            let status = self.wait_exit().await;
-                            fg = Some(Ending::ShellExited(status));
+                n = self.status.rx.read(&mut sbuf), if fg.is_none() => {
+                    if let Ok(n) = n {
+                        if let Some(code) = self.status.take(&sbuf[..n], &token) {
+                            fg = Some(Ending::Done(code));
                             fg_at = Some(Instant::now());
                         }
                     }
-                    if fg.is_some() && !eof {
-                        let (n, more) = read_now(&rx, &mut buf);
-                        eof = !more;
-                        if n > 0 {
-                            last_data = Instant::now();
-                            if !out.data(&buf[..n]) {
-                                closed_early = true;
-                                rx = None;
-                            }
-                        }
-                        // A background job holds the output: from now on the loop watches it.
-                        if !eof && !watch(&mut rx) {
-                            eof = true;
-                        }
+                }
+                // Only its end matters: what a command writes to it is dropped.
+                n = self.stdout.read(&mut dropped), if fg.is_none() => {
+                    if matches!(n, Ok(0) | Err(_)) {
+                        let status = self.wait_exit().await;
+                        fg = Some(Ending::ShellExited(status));
+                        fg_at = Some(Instant::now());
                     }
                 }
                 _ = tokio::time::sleep_until(bg_wake.into()), if fg.is_some() => {}
@@ -715,6 +785,25 @@ impl Shell {
                     if eof && waits_on_stdin(self.pid) {
                         tracing::warn!("shell {} stopped executing commands (set -n?)", self.pid);
                         break Ending::ShellExited(None);
+                    }
+                }
+            }
+            // The foreground part just ended: what it wrote is read now; a background job that
+            // holds the output is watched from now on.
+            if fg.is_some() && fg_at.is_some() && !ended_seen {
+                ended_seen = true;
+                if !eof {
+                    let (n, more) = read_now(&rx, &mut buf);
+                    eof = !more;
+                    if n > 0 {
+                        last_data = Instant::now();
+                        if !out.data(&buf[..n]) {
+                            closed_early = true;
+                            rx = None;
+                        }
+                    }
+                    if !eof && !watch(&mut rx) {
+                        eof = true;
                     }
                 }
             }
@@ -822,9 +911,8 @@ impl Shell {
         procs::disown_child(self.pid);
         self.remove_fifos();
         self.cmd_file = None;
-        if let Some(dir) = self.driver_dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        self.driver_dir = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 
     /// Where this session's CPU time is read ([`crate::resources::Meter`]).
@@ -847,48 +935,49 @@ impl Shell {
         &self.group
     }
 
-    /// Bash: makes this shell's two files in `<runtime>/<pid>.d/`:
+    /// Bash: makes this shell's files in its directory (0700, files 0600):
     /// - the driver `bash`, one line (so the command's lines are numbered from 1): enter the
-    ///   cwd, restore `OLDPWD`, and run the command with the status fd closed;
+    ///   cwd, restore `OLDPWD`, and run the command;
     /// - `cmd`, rewritten for each command (kept open): the command's variables and the
     ///   protocol's fixed part (see [`Shell::command_line`]). Bash reads its script from a pipe
     ///   one byte per read(2) but a sourced file in one read, so the protocol line only sources
     ///   it.
-    fn write_driver(&mut self, runtime_dir: &Path) -> io::Result<()> {
+    fn write_driver(&mut self) -> io::Result<()> {
+        use super::rundir::{private_dir, private_file};
         if self.kind != ShellKind::Bash {
             return Ok(());
         }
-        let dir = runtime_dir.join(format!("{}.d", self.pid));
-        std::fs::create_dir(&dir)?;
-        let st = self.status_fd;
-        // The status fd is hidden from the command unless it is stdout (see `status_fd`).
-        let hide = if st == 1 { String::new() } else { format!(" {st}>&-") };
+        let dir = self.dir.clone();
         let driver = |run: &str| {
             format!(
-                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin {run} \"${VAR_CMD}\"{hide}\n"
+                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin {run} \"${VAR_CMD}\"\n"
             )
         };
-        std::fs::write(dir.join(DRIVER_NAME), driver("eval"))?;
+        private_file(&dir.join(DRIVER_NAME), driver("eval").as_bytes())?;
         // With the spawn builtin, a second driver in `s/` runs plain commands through it (the
         // builtin falls back to `eval` itself); same file name, so bash names it the same.
         if self.spawn {
-            std::fs::create_dir(dir.join(SPAWN_DIR))?;
-            std::fs::write(dir.join(SPAWN_DIR).join(DRIVER_NAME), driver(SPAWN_BUILTIN))?;
+            private_dir(&dir.join(SPAWN_DIR))?;
+            private_file(&dir.join(SPAWN_DIR).join(DRIVER_NAME), driver(SPAWN_BUILTIN).as_bytes())?;
         }
         // A third one in `p/` runs the command's `eval` in a subshell: for a command that ends
         // inside `$(`, whose parse leaves bash's parser broken (see `ends_in_substitution`).
-        std::fs::create_dir(dir.join(SUBSHELL_DIR))?;
-        std::fs::write(
-            dir.join(SUBSHELL_DIR).join(DRIVER_NAME),
+        private_dir(&dir.join(SUBSHELL_DIR))?;
+        private_file(
+            &dir.join(SUBSHELL_DIR).join(DRIVER_NAME),
             format!(
-                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};(\\builtin eval \"${VAR_CMD}\"){hide}\n"
-            ),
+                "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};(\\builtin eval \"${VAR_CMD}\")\n"
+            )
+            .as_bytes(),
         )?;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.join(COMMAND_NAME))?;
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.join(COMMAND_NAME))?
+        };
         self.cmd_file = Some((file, 0));
         self.driver_dir = Some(dir);
         Ok(())
@@ -896,7 +985,7 @@ impl Shell {
 
     /// The output FIFO of command `seq`: `<runtime>/<pid>.<seq>`.
     fn fifo_path(&self, seq: u64) -> PathBuf {
-        self.runtime_dir.join(format!("{}.{seq}", self.pid))
+        self.dir.join(FIFO_DIR).join(seq.to_string())
     }
 
     /// The protocol line that runs `command` in `cwd` with its output into `fifo`.
@@ -904,20 +993,24 @@ impl Shell {
     /// Kept short: bash reads its script from a pipe one byte per read(2). For bash, the
     /// command's part goes into the `cmd` file first (rewritten in place), and the line only
     /// sources it.
+    ///
+    /// The status is written by the protocol line itself, after the command, with `token`
+    /// (see the module docs): the line is read whole before the command runs, so the token
+    /// is nowhere the command can look while it runs.
     fn command_line(
         &mut self,
-        seq: u64,
+        token: &str,
         command: &str,
         cwd: &Path,
         fifo: &Path,
     ) -> io::Result<String> {
-        let st = self.status_fd;
         let cwd = quote(&cwd.to_string_lossy());
         let cmd = quote(command);
         let fifo = quote(&fifo.to_string_lossy());
         let (Some(dir), Some((file, len))) = (&self.driver_dir, &mut self.cmd_file) else {
+            let st = quote(&self.dir.join(FIFO_DIR).join(STATUS_NAME).to_string_lossy());
             return Ok(format!(
-                "{{ builtin cd -- {cwd}&&builtin eval {cmd} {st}>&-;}}>{fifo} 2>&1 </dev/null;builtin printf 'D {seq} %d\\n' $? >&{st}||builtin exit 99\n",
+                "{{ builtin cd -- {cwd}&&builtin eval {cmd};}}>{fifo} 2>&1 </dev/null;builtin echo {token} $? >{st}||builtin exit 99\n",
             ));
         };
         // No reserved words, every builtin escaped: see the module docs. `sourcepath` off makes
@@ -945,11 +1038,10 @@ impl Shell {
             ),
             None => (String::new(), d),
         };
-        let to_st = if st == 1 { String::new() } else { format!(" >&{st}") };
         // In POSIX mode `.` looks for a bare name in PATH only (`set -o posix` made the next
         // command fail, and the shell exit): `./bash` then, which bash names in messages.
         let text = format!(
-            "{pick}{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin shopt -qo posix&&{VAR_DOT}=./{DRIVER_NAME}||{VAR_DOT}={DRIVER_NAME};\\builtin cd -- {d}&&\\builtin . \"${VAR_DOT}\" >{fifo} 2>&1 </dev/null;\\builtin printf 'D {seq} %d\\n' $?{to_st}||\\builtin exit 99\n",
+            "{pick}{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin shopt -qo posix&&{VAR_DOT}=./{DRIVER_NAME}||{VAR_DOT}={DRIVER_NAME};\\builtin cd -- {d}&&\\builtin . \"${VAR_DOT}\" >{fifo} 2>&1 </dev/null\n",
         );
         use std::os::unix::fs::FileExt;
         file.write_all_at(text.as_bytes(), 0)?;
@@ -958,15 +1050,20 @@ impl Shell {
             file.set_len(new_len)?;
         }
         *len = new_len;
-        Ok(format!("\\builtin . \"${VAR_CMD_FILE}\"\n"))
+        Ok(format!(
+            "\\builtin . \"${VAR_CMD_FILE}\";\\builtin echo {token} $?>\"${VAR_STATUS_FILE}\"||\\builtin exit 99\n"
+        ))
     }
 }
 
 impl Drop for Shell {
     fn drop(&mut self) {
         // A shell dropped without [`Shell::kill`] (its process goes by `kill_on_drop`) leaves
-        // no FIFO behind.
+        // no file behind.
         self.remove_fifos();
+        if !self.killed {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

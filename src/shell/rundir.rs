@@ -21,6 +21,22 @@ pub const LOCK: &str = "backend.lock";
 /// How long a directory must have gone untouched before a sweep may remove it.
 pub const STALE_AFTER: Duration = Duration::from_secs(60);
 
+/// Makes directory `path` with mode 0700, whatever the umask (SPEC §13: private by default).
+pub fn private_dir(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(path)?;
+    // The umask can only take bits away, and 0700 has none it may keep others from.
+    Ok(())
+}
+
+/// Writes a new file `path` with mode 0600, whatever the umask.
+pub fn private_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(bytes)
+}
+
 /// A runtime directory, and the lock that says its backend lives.
 #[derive(Debug)]
 pub struct RunDir {
@@ -34,7 +50,16 @@ impl RunDir {
         let mut builder = tempfile::Builder::new();
         builder.prefix(PREFIX);
         let dir = builder.tempdir_in(base).or_else(|_| builder.tempdir())?;
-        let lock = std::fs::File::create(dir.path().join(LOCK))?;
+        // tempfile makes the directory 0700; the lock file is 0600 too.
+        let lock = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(dir.path().join(LOCK))?
+        };
         // SAFETY: flock on a descriptor we own. The file is close-on-exec: no shell inherits
         // the lock.
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {

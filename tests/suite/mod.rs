@@ -18,6 +18,7 @@ mod receipt;
 mod remote;
 mod rescue;
 mod rpc;
+mod security;
 mod shell;
 mod spawn;
 pub mod sshd;
