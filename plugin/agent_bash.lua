@@ -122,22 +122,20 @@ vim.api.nvim_create_autocmd('BufReadCmd', {
 -- servers agents start (`agent-bash mcp`): `<state>/agent-bash/editors/<pid>.json` with address,
 -- pid, cwd; kept current on :cd, removed on exit, entries of dead editors removed. Plain code
 -- after start-up, so that starting Neovim loads no module (lua/agent_bash/mirror.lua reads the
--- same directory for :checkhealth).
-local function registry_dir()
+-- same directory for :checkhealth). <state> is `$XDG_STATE_HOME`, and the default state directory
+-- under `$HOME` as well when that is another one: a server started with a minimal environment
+-- (MCP hubs pass on only HOME, PATH, SHELL and TERM) knows no XDG_* and looks there.
+local function registry_dirs()
+  local default = (vim.env.HOME or '') .. (vim.fn.has('mac') == 1 and '/Library/Application Support' or '/.local/state')
   local base = vim.env.XDG_STATE_HOME
-  if base == nil or not base:match('^/') then
-    base = (vim.env.HOME or '') .. (vim.fn.has('mac') == 1 and '/Library/Application Support' or '/.local/state')
+  if base == nil or not base:match('^/') or base == default then
+    return { default .. '/agent-bash/editors' }
   end
-  return base .. '/agent-bash/editors'
+  return { base .. '/agent-bash/editors', default .. '/agent-bash/editors' }
 end
 
-local function register()
-  local address, pid = vim.v.servername, vim.fn.getpid()
-  if address == nil or address == '' then
-    return
-  end
+local function register_in(dir, address, pid)
   pcall(function()
-    local dir = registry_dir()
     vim.fn.mkdir(dir, 'p', tonumber('700', 8))
     for name in vim.fs.dir(dir) do
       local other = tonumber(name:match('^(%d+)%.json$'))
@@ -159,6 +157,16 @@ local function register()
   end)
 end
 
+local function register()
+  local address, pid = vim.v.servername, vim.fn.getpid()
+  if address == nil or address == '' then
+    return
+  end
+  for _, dir in ipairs(registry_dirs()) do
+    register_in(dir, address, pid)
+  end
+end
+
 local function start_registry()
   local group = vim.api.nvim_create_augroup('agent_bash_registry', { clear = true })
   vim.api.nvim_create_autocmd('DirChanged', { group = group, pattern = 'global', desc = 'agent-bash: keep the discovery entry current', callback = register })
@@ -166,7 +174,9 @@ local function start_registry()
     group = group,
     desc = 'agent-bash: leave the discovery registry',
     callback = function()
-      os.remove(('%s/%d.json'):format(registry_dir(), vim.fn.getpid()))
+      for _, dir in ipairs(registry_dirs()) do
+        os.remove(('%s/%d.json'):format(dir, vim.fn.getpid()))
+      end
     end,
   })
   register()

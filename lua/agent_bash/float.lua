@@ -105,14 +105,7 @@ function M.load_full(card)
   if not id or s.full_lines then
     return
   end
-  local ok, lines
-  if s.result.artifact_path then -- a mirrored call (SPEC §11): the MCP server's artifact
-    local text
-    ok, text = require('agent_bash.mirror').read_artifact(s.result.artifact_path)
-    lines = ok and require('agent_bash.artifact').split(text) or text
-  else
-    ok, lines = require('agent_bash.artifact').lines(id)
-  end
+  local ok, lines = H.artifact_lines(s.result)
   if not ok then
     vim.notify(lines, vim.log.levels.ERROR)
     return
@@ -135,7 +128,7 @@ function M.output_lines(run)
   local r = s.result
   local partial = (s.total_lines or 0) > #(s.lines or {}) or (r and r.truncated)
   if partial and r and r.artifact_id then
-    local ok, lines = require('agent_bash.artifact').lines(r.artifact_id)
+    local ok, lines = H.artifact_lines(r)
     if not ok then
       return nil, lines
     end
@@ -172,7 +165,7 @@ function M.split(card)
   end
   local r = run.state.result
   if r and r.artifact_id and not run.state.full_lines then
-    vim.cmd('split ' .. vim.fn.fnameescape('artifact://' .. r.artifact_id))
+    H.open_artifact(r, 'split')
     return
   end
   local lines, err = M.output_lines(run)
@@ -408,6 +401,41 @@ function H.win_options(win)
     'Normal:AgentBashNormal,NormalFloat:AgentBashNormal,FloatBorder:AgentBashBorder,FloatTitle:AgentBashTitle,FloatFooter:AgentBashFooter'
 end
 
+--- A finished run's full output as lines. A mirrored call's artifact (SPEC §11) is a file of
+--- the MCP server that ran it (`artifact_path`), never this editor backend's artifact of the
+--- same id (every backend numbers its own from the start).
+---@param result agent_bash.BashResult
+---@return boolean ok
+---@return string[]|string lines_or_err
+function H.artifact_lines(result)
+  if result.artifact_path then
+    local ok, text = require('agent_bash.mirror').read_artifact(result.artifact_path)
+    if not ok then
+      return false, text
+    end
+    return true, require('agent_bash.artifact').split(text)
+  end
+  return require('agent_bash.artifact').lines(result.artifact_id)
+end
+
+--- Opens a result's artifact in the current window (`cmd` 'edit') or a split ('split'), at
+--- `line`: `artifact://<id>` of this editor's backend, or a mirrored call's file, read-only.
+---@param result agent_bash.BashResult
+---@param cmd 'edit'|'split'
+---@param line? integer
+function H.open_artifact(result, cmd, line)
+  if not result.artifact_path then
+    local url = 'artifact://' .. result.artifact_id .. (line and ('#L' .. line) or '')
+    vim.cmd(cmd .. ' ' .. vim.fn.fnameescape(url))
+    return
+  end
+  vim.cmd(cmd .. ' ' .. vim.fn.fnameescape(result.artifact_path))
+  vim.bo.readonly, vim.bo.modifiable = true, false
+  if line then
+    pcall(vim.api.nvim_win_set_cursor, 0, { line, 0 })
+  end
+end
+
 function H.keymaps(card)
   local options = require('agent_bash.config').options
   local map = function(lhs, fn, desc)
@@ -427,7 +455,12 @@ function H.keymaps(card)
     local url = card.rendered and require('agent_bash.card').link_at(card.rendered, row)
     if url then
       vim.cmd('wincmd p')
-      vim.cmd.edit(vim.fn.fnameescape(url))
+      local r = card.run.state.result
+      if r and r.artifact_path then
+        H.open_artifact(r, 'edit', tonumber(url:match('#L(%d+)')))
+      else
+        vim.cmd.edit(vim.fn.fnameescape(url))
+      end
     end
   end, 'open a rescued line in its artifact')
   map(options.keys.yank, function()

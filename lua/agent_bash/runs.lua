@@ -123,9 +123,11 @@ function M.attach(spec, cancel)
       lines = {},
       hl = {},
       total_lines = 0,
+      started_at = vim.uv.now(),
     },
   }
   H.runs[run.id] = run
+  H.ticker() -- its title ticks like any card's
   if spec.card ~= false then
     run.card = require('agent_bash.float').open(run, { enter = false })
   end

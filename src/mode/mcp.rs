@@ -10,7 +10,11 @@
 //!   and the counters, at most [`PROGRESS_EVERY`] apart.
 //! * `notifications/cancelled` cancels the run (the process tree is killed as by any cancel);
 //!   rmcp then drops the response, as the protocol wants.
-//! * resources: `artifact://<id>` (listed, readable, a template) and `agent-bash://context`.
+//! * resources: `artifact://<id>` (listed newest first, at most [`MAX_LISTED`]; readable; a
+//!   template) and `agent-bash://context`. `resources.listChanged` is declared: a new artifact
+//!   sends `notifications/resources/list_changed` ([`ListChanged`], coalesced to one per
+//!   [`LIST_CHANGED_EVERY`]), to an `initialize`d session directly and, in the newest revision,
+//!   on each `subscriptions/listen` stream that asked for it.
 //! * the editor mirror ([`super::mirror`]): each call also shows as a card in the user's Neovim.
 //!
 //! stdout carries protocol messages only: one writer task owns it. Unparsable lines get a
@@ -62,6 +66,12 @@ pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 const MAX_LINE: usize = 16 << 20;
 /// The `_meta` key of a tool result that holds the `BashResult` (or `bash_undo`'s data).
 pub const RESULT_META: &str = "agent-bash/result";
+/// At most this many artifacts in `resources/list` (the newest; older ones stay readable).
+pub const MAX_LISTED: usize = 100;
+/// Longest wait, once the client is gone, for the last card updates to reach the editor.
+const MIRROR_FLUSH: Duration = Duration::from_secs(2);
+/// Least time between two `notifications/resources/list_changed`.
+pub const LIST_CHANGED_EVERY: Duration = Duration::from_millis(250);
 /// The resource holding the user's recorded commands.
 const CONTEXT_URI: &str = "agent-bash://context";
 
@@ -79,7 +89,10 @@ pub async fn run(args: McpArgs) -> Result<i32> {
         tracing::info!("mcp: mirroring calls into the editor at {addr}");
         Mirror::start(addr)
     });
+    let list_changed = Arc::new(ListChanged::default());
+    let mirror_at_exit = mirror.clone();
     let server = Server {
+        list_changed: list_changed.clone(),
         rt: rt.clone(),
         mirror,
         next: Arc::new(AtomicU64::new(0)),
@@ -94,6 +107,7 @@ pub async fn run(args: McpArgs) -> Result<i32> {
         .serve(transport)
         .await
         .map_err(|e| crate::Error::InvalidInput(format!("MCP initialization failed: {e}")))?;
+    let announcer = tokio::spawn(list_changed.clone().announce(service.peer().clone()));
     tokio::select! {
         r = service.waiting() => tracing::info!("mcp: client gone ({r:?})"),
         _ = super::wait_for_signal() => tracing::info!("mcp: signal: stopping"),
@@ -102,6 +116,11 @@ pub async fn run(args: McpArgs) -> Result<i32> {
     if let Ok(r) = running.lock() {
         r.values().for_each(CancellationToken::cancel);
     }
+    // The client already has its answers; the editor still waits for the last card updates.
+    if let Some(m) = &mirror_at_exit {
+        m.flush(MIRROR_FLUSH).await;
+    }
+    announcer.abort();
     rt.shutdown().await;
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
     Ok(0)
@@ -116,17 +135,64 @@ struct Server {
     running: Arc<Mutex<std::collections::HashMap<u64, CancellationToken>>>,
     /// `[mcp] structured_content`: results carry structured content, tools an output schema.
     structured: bool,
+    /// Tells the client that the resource list changed (a new artifact).
+    list_changed: Arc<ListChanged>,
+}
+
+/// `notifications/resources/list_changed`, coalesced: [`ListChanged::touch`] marks the list
+/// changed; [`ListChanged::announce`] sends one notification for any number of marks, at most
+/// one per [`LIST_CHANGED_EVERY`] (the first at once).
+#[derive(Default)]
+struct ListChanged {
+    notify: tokio::sync::Notify,
+    /// The open `subscriptions/listen` streams that asked for the notification (newest
+    /// revision), by a number of ours.
+    streams: Mutex<std::collections::HashMap<u64, rmcp::service::SubscriptionSink>>,
+    next: AtomicU64,
+}
+
+impl ListChanged {
+    fn touch(&self) {
+        self.notify.notify_one();
+    }
+
+    async fn announce(self: Arc<Self>, peer: rmcp::Peer<RoleServer>) {
+        loop {
+            self.notify.notified().await;
+            // An `initialize`d session takes notifications at any time; a session of the newest
+            // revision only on the streams it opened.
+            if peer.peer_info().is_some() && peer.notify_resource_list_changed().await.is_err() {
+                return;
+            }
+            let streams: Vec<_> = match self.streams.lock() {
+                Ok(s) => s.values().cloned().collect(),
+                Err(_) => Vec::new(),
+            };
+            for sink in streams {
+                if let Err(e) = sink.notify_resource_list_changed().await {
+                    tracing::debug!("mcp: list_changed on a subscription: {e}");
+                }
+            }
+            tokio::time::sleep(LIST_CHANGED_EVERY).await;
+        }
+    }
 }
 
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().build())
-            .with_server_info(Implementation::new("agent-bash", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Run shell commands with the `bash` tool. Shell state (variables, functions) \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("agent-bash", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Run shell commands with the `bash` tool. Shell state (variables, functions) \
                  persists between calls with the same session_key. Long output is truncated; \
                  the full text is the resource named in the notice (artifact://<id>).",
-            )
+        )
     }
 
     async fn list_tools(
@@ -164,6 +230,8 @@ impl ServerHandler for Server {
         let mut list: Vec<Resource> = store
             .ids()
             .into_iter()
+            .rev()
+            .take(MAX_LISTED)
             .map(|id| {
                 let mut r = Resource::new(format!("artifact://{id}"), format!("artifact {id}"))
                     .with_description("Full output of a truncated bash call")
@@ -193,6 +261,32 @@ impl ServerHandler for Server {
         )
         .with_description("Full output of a truncated bash call, by the id its notice names")
         .with_mime_type("text/plain")]))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        let mut accepted = rmcp::model::SubscriptionFilter::new();
+        accepted.resources_list_changed = requested.resources_list_changed.filter(|on| *on);
+        Some(accepted)
+    }
+
+    async fn listen(
+        &self,
+        context: rmcp::service::SubscriptionContext,
+    ) -> std::result::Result<(), ErrorData> {
+        let id = self.list_changed.next.fetch_add(1, Ordering::Relaxed);
+        if context.accepted().resources_list_changed == Some(true) {
+            if let Ok(mut s) = self.list_changed.streams.lock() {
+                s.insert(id, context.sink().clone());
+            }
+        }
+        context.cancelled().await;
+        if let Ok(mut s) = self.list_changed.streams.lock() {
+            s.remove(&id);
+        }
+        Ok(())
     }
 
     async fn read_resource(
@@ -265,12 +359,7 @@ impl Server {
         let limited = req.head.is_some() || req.tail.is_some();
         let started = Instant::now();
         if let Some(m) = mirror {
-            let client = context
-                .peer
-                .peer_info()
-                .map(|i| i.client_info.name.clone())
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| "MCP".into());
+            let client = client_name(&context);
             let cwd = crate::validate::resolve_cwd(
                 &std::env::current_dir().unwrap_or_default(),
                 req.cwd.as_deref(),
@@ -336,6 +425,9 @@ impl Server {
                 return self.error_result(&text);
             }
         };
+        if result.artifact_id.is_some() {
+            self.list_changed.touch();
+        }
         if let Some(m) = mirror {
             let lines = if limited || result.normalized.as_ref().is_some_and(selects) {
                 let mut d = crate::display::Display::new();
@@ -368,6 +460,19 @@ impl Server {
             ..Default::default()
         })
     }
+}
+
+/// The client's name: from this request's `_meta` `io.modelcontextprotocol/clientInfo` (the
+/// newest revision: no `initialize`, every request names its client), else from `initialize`.
+fn client_name(context: &RequestContext<RoleServer>) -> String {
+    context
+        .meta
+        .client_info()
+        .map(|i| i.name)
+        .filter(|n| !n.is_empty())
+        .or_else(|| context.peer.peer_info().map(|i| i.client_info.name.clone()))
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "MCP".into())
 }
 
 /// Normalization extracted a head or tail: the model sees a selection, not the stream's end.

@@ -4,7 +4,9 @@
 //! The editor is found by [`find_editor`]: `$NVIM` (an agent started in a Neovim terminal),
 //! else `--nvim ADDRESS`, else (with `auto`) the newest live editor of the discovery registry
 //! (`<state>/agent-bash/editors/<pid>.json`, kept by `lua/agent_bash/mirror.lua`) whose working
-//! directory contains ours. nvim-rs connects to its RPC socket; the cards are driven through the
+//! directory contains ours; the registry of the default state directory under `$HOME` is read
+//! too, where an editor with its own `$XDG_STATE_HOME` also registers, for a server started with
+//! a minimal environment (MCP hubs pass on only HOME, PATH, SHELL, TERM). nvim-rs connects to its RPC socket; the cards are driven through the
 //! plugin's own card API (`require('agent_bash.mirror')`: `hello`, `open`, `event`), the events
 //! being the nvim mode's (`update`, `done`).
 //!
@@ -46,6 +48,23 @@ pub fn registry_dir() -> PathBuf {
     crate::artifacts::state_root().join("editors")
 }
 
+/// Every registry discovery reads: [`registry_dir`], and the one of the default state
+/// directory under `$HOME` (what [`registry_dir`] is without `$XDG_STATE_HOME`), where the
+/// plugin registers as well. A server started by an MCP hub with only HOME, PATH, SHELL and
+/// TERM finds an editor that has an `$XDG_STATE_HOME` of its own there.
+pub fn registry_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![registry_dir()];
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+    let default = home.map(|h| match cfg!(target_os = "macos") {
+        true => h.join("Library/Application Support/agent-bash/editors"),
+        false => h.join(".local/state/agent-bash/editors"),
+    });
+    if let Some(d) = default.filter(|d| !dirs.contains(d)) {
+        dirs.push(d);
+    }
+    dirs
+}
+
 /// The editor to mirror into, by SPEC §11's order: `$NVIM`, else `--nvim ADDRESS`, else with
 /// `auto` the newest registered live editor whose cwd contains `cwd`. `off` means none.
 pub fn find_editor(flag: &str, cwd: &Path) -> Option<String> {
@@ -58,7 +77,7 @@ pub fn find_editor(flag: &str, cwd: &Path) -> Option<String> {
     if flag != "auto" {
         return Some(flag.to_string());
     }
-    discover(&registry_dir(), cwd)
+    discover(&registry_dirs(), cwd)
 }
 
 #[derive(serde::Deserialize)]
@@ -70,11 +89,12 @@ struct Entry {
     started: u64,
 }
 
-/// The newest live editor of the registry in `dir` whose cwd contains `cwd`. Entries of dead
-/// editors are removed on the way.
-pub fn discover(dir: &Path, cwd: &Path) -> Option<String> {
+/// The newest live editor of the registries in `dirs` whose cwd contains `cwd`. Entries of
+/// dead editors are removed on the way.
+pub fn discover(dirs: &[PathBuf], cwd: &Path) -> Option<String> {
     let mut best: Option<Entry> = None;
-    for file in std::fs::read_dir(dir).ok()?.flatten() {
+    let files = dirs.iter().filter_map(|d| std::fs::read_dir(d).ok()).flatten().flatten();
+    for file in files {
         let path = file.path();
         if path.extension().and_then(|e| e.to_str()) != Some("json") {
             continue;
@@ -109,9 +129,18 @@ fn pid_alive(pid: i32) -> bool {
 }
 
 enum Msg {
-    Open { key: u64, spec: Value },
-    Event { key: u64, ev: Value, last: bool },
+    Open {
+        key: u64,
+        spec: Value,
+    },
+    Event {
+        key: u64,
+        ev: Value,
+        last: bool,
+    },
     Context(oneshot::Sender<std::result::Result<String, String>>),
+    /// Answered once every message queued before it reached the editor.
+    Flush(oneshot::Sender<()>),
 }
 
 /// Cancel tokens of the calls shown in the editor, by call number.
@@ -185,6 +214,21 @@ impl Mirror {
         match tokio::time::timeout(CALL_TIMEOUT, rx).await {
             Ok(Ok(r)) => Some(r),
             _ => None,
+        }
+    }
+
+    /// Waits, at most `limit`, until every card update queued so far reached the editor: a
+    /// server that is shutting down (its client got its last answer and left) calls this so the
+    /// last card shows the real ending instead of "the MCP server went away".
+    pub async fn flush(&self, limit: Duration) {
+        if !self.alive() {
+            return;
+        }
+        let (tx, rx) = oneshot::channel();
+        let sent = tokio::time::timeout(limit, self.tx.send(Msg::Flush(tx)));
+        let deadline = tokio::time::Instant::now() + limit;
+        if matches!(sent.await, Ok(Ok(()))) {
+            let _ = tokio::time::timeout_at(deadline, rx).await;
         }
     }
 
@@ -263,6 +307,10 @@ async fn drive(addr: &str, mut rx: mpsc::Receiver<Msg>, cancels: Cancels) {
                     }
                     _ => true,
                 }
+            }
+            Msg::Flush(reply) => {
+                let _ = reply.send(());
+                true
             }
             Msg::Context(reply) => match lua(&nvim, CONTEXT_LUA, Value::Nil).await {
                 Some(v) => {
@@ -358,12 +406,23 @@ mod tests {
             serde_json::json!({"address": "/d", "pid": 999_999_999, "cwd": "/", "started": 99}),
         );
         write("junk.json", serde_json::json!("not an entry"));
-        assert_eq!(discover(dir.path(), Path::new("/proj/sub")).as_deref(), Some("/b"));
-        assert_eq!(discover(dir.path(), Path::new("/other")).as_deref(), Some("/c"));
-        assert_eq!(discover(dir.path(), Path::new("/nowhere")), None);
+        let dirs = [dir.path().to_path_buf()];
+        assert_eq!(discover(&dirs, Path::new("/proj/sub")).as_deref(), Some("/b"));
+        assert_eq!(discover(&dirs, Path::new("/other")).as_deref(), Some("/c"));
+        assert_eq!(discover(&dirs, Path::new("/nowhere")), None);
         assert!(!dir.path().join("4.json").exists());
         // `/pro` does not contain `/proj`: paths compare by component.
-        assert_eq!(discover(dir.path(), Path::new("/pro")), None);
+        assert_eq!(discover(&dirs, Path::new("/pro")), None);
+        // A second registry: the newest entry of either wins; a missing one is skipped.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::write(
+            other.path().join("5.json"),
+            serde_json::json!({"address": "/e", "pid": me, "cwd": "/proj", "started": 7})
+                .to_string(),
+        )
+        .unwrap();
+        let both = [dir.path().to_path_buf(), other.path().to_path_buf(), "/no/such".into()];
+        assert_eq!(discover(&both, Path::new("/proj")).as_deref(), Some("/e"));
     }
 
     #[test]

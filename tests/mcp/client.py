@@ -14,7 +14,7 @@ import time
 import anyio
 import jsonschema
 import mcp_types as types
-from mcp import ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 
@@ -217,18 +217,86 @@ async def cancel(bin_path, state):
     print("ok cancel", flush=True)
 
 
-async def call(bin_path, state, command, nvim_addr):
-    """One call with the editor mirror on; prints the result as JSON."""
+async def call(bin_path, state, command, nvim_addr, revision="legacy"):
+    """One call with the editor mirror on; prints the result as JSON. `revision` "legacy": the
+    `initialize` handshake (client "test-agent"); "modern": the newest revision, opened with
+    `server/discover`, the client named only in each request's `_meta` ("modern-agent")."""
     # "auto": no $NVIM, the server discovers the editor through the registry.
     extra = {} if nvim_addr == "auto" else {"NVIM": nvim_addr}
     params = server(bin_path, state, extra_env=extra, nvim="auto")
-    async with stdio_client(params) as (r, w):
-        async with ClientSession(r, w, client_info=types.Implementation(name="test-agent", version="1")) as s:
-            await s.initialize()
+    if revision == "modern":
+        async with Client(params, client_info=types.Implementation(name="modern-agent", version="1")) as c:
+            assert c.protocol_version == "2026-07-28", c.protocol_version
             print("initialized", flush=True)
-            res = await s.call_tool("bash", {"command": command})
+            res = await c.call_tool("bash", {"command": command})
+    else:
+        async with stdio_client(params) as (r, w):
+            async with ClientSession(r, w, client_info=types.Implementation(name="test-agent", version="1")) as s:
+                await s.initialize()
+                print("initialized", flush=True)
+                res = await s.call_tool("bash", {"command": command})
     emit(text=text_of(res), is_error=res.is_error, result=data(res))
     print("ok call", flush=True)
+
+
+async def list_changed(bin_path, state):
+    """`initialize`d session: `resources.listChanged` is declared, a new artifact sends
+    `notifications/resources/list_changed`, and `resources/list` names it, newest first."""
+    changed = []
+    got = anyio.Event()
+
+    async def on_message(m):
+        if isinstance(m, types.ResourceListChangedNotification):
+            changed.append(m)
+            got.set()
+
+    params = server(bin_path, state)
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w, message_handler=on_message) as s:
+            init = await s.initialize()
+            assert init.capabilities.resources.list_changed is True, init.capabilities
+            r1 = await s.call_tool("bash", {"command": "seq 1 100000"})
+            a1 = data(r1)["artifact_id"]
+            with anyio.fail_after(20):
+                await got.wait()
+            got = anyio.Event()
+            r2 = await s.call_tool("bash", {"command": "seq 1 200000"})
+            a2 = data(r2)["artifact_id"]
+            assert a2 > a1, (a1, a2)
+            with anyio.fail_after(20):
+                await got.wait()
+            listed = [str(x.uri) for x in (await s.list_resources()).resources]
+            assert listed.index(f"artifact://{a2}") < listed.index(f"artifact://{a1}"), listed
+            assert listed[0] == f"artifact://{a2}", listed
+    emit(notifications=len(changed))
+    print("ok list_changed", flush=True)
+
+
+async def modern(bin_path, state):
+    """The newest revision (no `initialize`: `server/discover`, then self-contained requests):
+    calls, resources, and list_changed on a `subscriptions/listen` stream."""
+    params = server(bin_path, state)
+    async with Client(params, client_info=types.Implementation(name="modern-agent", version="1")) as c:
+        assert c.protocol_version == "2026-07-28", c.protocol_version
+        assert c.server_capabilities.resources.list_changed is True, c.server_capabilities
+        r1 = await c.call_tool("bash", {"command": "export X=kept; echo one; (exit 2)"})
+        assert r1.is_error and text_of(r1) == "one\n\nCommand exited with code 2", r1
+        assert data(r1)["exit_code"] == 2
+        r2 = await c.call_tool("bash", {"command": "echo $X"})
+        assert text_of(r2) == "kept\n", r2
+        async with c.listen(resources_list_changed=True) as sub:
+            r3 = await c.call_tool("bash", {"command": "seq 1 100000"})
+            aid = data(r3)["artifact_id"]
+            assert text_of(r3).endswith(f"Full: artifact://{aid}]"), text_of(r3)[-200:]
+            with anyio.fail_after(20):
+                async for _event in sub:
+                    break
+            listed = [str(x.uri) for x in (await c.list_resources(cache_mode="bypass")).resources]
+            assert listed[0] == f"artifact://{aid}", listed
+        full = (await c.read_resource(f"artifact://{aid}")).contents[0].text
+        want = subprocess.run(["seq", "1", "100000"], capture_output=True, text=True).stdout
+        assert full == want, (len(full), len(want))
+    print("ok modern", flush=True)
 
 
 async def changes(bin_path, state, project):
@@ -306,6 +374,8 @@ def main():
         "call": call,
         "changes": changes,
         "structured": structured,
+        "list_changed": list_changed,
+        "modern": modern,
     }[scenario]
     anyio.run(fn, bin_path, state, *rest)
 

@@ -79,6 +79,18 @@ async fn mcp_sdk_structured_setting_restores_structured_content_and_output_schem
 }
 
 #[tokio::test]
+async fn mcp_sdk_new_artifact_sends_resources_list_changed_and_lists_it_first() {
+    let state = tempfile::tempdir().unwrap();
+    scenario("list_changed", state.path(), &[]).await;
+}
+
+#[tokio::test]
+async fn mcp_sdk_newest_revision_without_initialize_calls_lists_and_listens() {
+    let state = tempfile::tempdir().unwrap();
+    scenario("modern", state.path(), &[]).await;
+}
+
+#[tokio::test]
 async fn mcp_sdk_changes_and_bash_undo() {
     let state = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
@@ -243,6 +255,7 @@ impl Editor {
             .env("XDG_DATA_HOME", home.path().join("data"))
             .env("XDG_CONFIG_HOME", home.path().join("config"))
             .env("XDG_CACHE_HOME", home.path().join("cache"))
+            .env("HOME", home.path())
             .env_remove("NVIM")
             .current_dir(home.path())
             .stdin(Stdio::null())
@@ -316,9 +329,22 @@ struct Call {
 impl Call {
     /// `nvim` = the address for $NVIM, or "auto" for discovery through `xdg_state`.
     async fn start(command: &str, nvim: &str, xdg_state: &Path, cwd_in: &Path) -> Call {
+        Call::start_as("legacy", command, nvim, xdg_state, cwd_in).await
+    }
+
+    /// `revision`: "legacy" (`initialize`, client "test-agent") or "modern" (the newest
+    /// revision: no `initialize`, the client "modern-agent" named in each request's `_meta`).
+    async fn start_as(
+        revision: &str,
+        command: &str,
+        nvim: &str,
+        xdg_state: &Path,
+        cwd_in: &Path,
+    ) -> Call {
         let state = tempfile::Builder::new().prefix("mcp-").tempdir_in(cwd_in).unwrap();
         let mut cmd = Command::new(python());
         cmd.arg(client_script()).arg("call").arg(BIN).arg(state.path()).arg(command).arg(nvim);
+        cmd.arg(revision);
         cmd.env("MCP_TEST_XDG_STATE", xdg_state).env_remove("NVIM");
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).kill_on_drop(true);
         let mut child = cmd.spawn().unwrap();
@@ -424,27 +450,204 @@ async fn mcp_mirror_editor_killed_mid_call_lets_the_call_finish() {
     assert_eq!(res["is_error"], false, "{res}");
 }
 
+/// The card of `command` (the newest one), once finished.
+async fn finished_card(ed: &Editor, command: &str) {
+    ed.wait_lua(&format!(
+        "(function() for _, c in ipairs(require('agent_bash.float').cards()) do
+           if c.run.state.command == {command:?} and c.run.finished then return true end
+         end end)()"
+    ))
+    .await;
+}
+
+/// What the card of `command` gives for each action that reads the full output: `o` (load it
+/// into the card), `y` (yank) and `<C-s>` (a split): `[first line, last line, line count]` each.
+async fn card_outputs(ed: &Editor, command: &str) -> Vec<Json> {
+    let v = ed
+        .lua(&format!(
+            "local F = require('agent_bash.float')
+             local card
+             for _, c in ipairs(F.cards()) do if c.run.state.command == {command:?} then card = c end end
+             local function facts(l) return {{ l[1], l[#l], #l }} end
+             vim.cmd('enew')
+             F.yank(card, 'a')
+             local yanked = vim.split(vim.fn.getreg('a'), '\\n', {{ trimempty = true }})
+             F.split(card)
+             local split = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+             vim.api.nvim_win_close(0, true)
+             F.load_full(card)
+             return vim.json.encode({{ facts(card.run.state.full_lines or {{}}), facts(yanked), facts(split) }})"
+        ))
+        .await;
+    let v: Json = serde_json::from_str(v.as_str().unwrap()).unwrap();
+    v.as_array().unwrap().clone()
+}
+
 #[tokio::test]
-async fn mcp_mirror_card_loads_the_servers_artifact() {
+async fn mcp_mirror_card_actions_read_the_artifact_of_the_server_that_ran_the_call() {
+    let ed = Editor::start().await;
+    let check = |command: &'static str, first: &'static str, last: &'static str, count: u64| {
+        let ed = &ed;
+        async move {
+            finished_card(ed, command).await;
+            let got = card_outputs(ed, command).await;
+            for (action, facts) in ["o", "y", "<C-s>"].iter().zip(&got) {
+                assert_eq!(facts, &json!([first, last, count]), "{command}: {action}: {got:?}");
+            }
+            // Room for the next card (cards that do not fit the screen are closed).
+            ed.lua("require('agent_bash').close_all()").await;
+        }
+    };
+    // The editor's own backend makes artifact N of its session...
+    ed.lua(
+        "_G.own = nil
+         require('agent_bash').tool_call({command = 'seq 500001 530000'}, {on_done = function(r) _G.own = r end})",
+    )
+    .await;
+    let own = ed.wait_lua("_G.own and _G.own.artifact_id").await;
+    check("seq 500001 530000", "500001", "530000", 30000).await;
+    let addr = ed.addr.to_str().unwrap().to_string();
+    // ...and so do two MCP servers, each numbering its own artifacts from the start.
+    let mut a = Call::start("seq 1 30000", &addr, &ed.state(), ed.home.path()).await;
+    let ra = a.result().await;
+    assert_eq!(ra["result"]["truncated"], true, "{ra}");
+    assert_eq!(ra["result"]["artifact_id"].as_u64(), own.as_u64(), "the ids must collide: {ra}");
+    check("seq 1 30000", "1", "30000", 30000).await;
+    let mut b = Call::start("seq 100001 160000", &addr, &ed.state(), ed.home.path()).await;
+    let rb = b.result().await;
+    assert_eq!(rb["result"]["artifact_id"].as_u64(), own.as_u64(), "the ids must collide: {rb}");
+    check("seq 100001 160000", "100001", "160000", 60000).await;
+}
+
+#[tokio::test]
+async fn mcp_mirror_card_names_a_client_of_the_newest_revision() {
     let ed = Editor::start().await;
     let addr = ed.addr.to_str().unwrap().to_string();
-    // The server's session (and artifact) outlive it, as under the real state dir.
-    let mut call = Call::start("seq 1 30000", &addr, &ed.state(), ed.home.path()).await;
+    let mut call =
+        Call::start_as("modern", "echo from-modern", &addr, &ed.state(), ed.home.path()).await;
     let res = call.result().await;
-    assert_eq!(res["result"]["truncated"], true, "{res}");
-    ed.wait_lua("(function() local cs = require('agent_bash.float').cards(); return cs[1] and cs[1].run.finished end)()")
-        .await;
-    // The card's full-output key: the text is the MCP server's artifact, not the editor's.
-    let full = ed
-        .lua(
-            "local c = require('agent_bash.float').cards()[1]
-             require('agent_bash.float').load_full(c)
-             local l = c.run.state.full_lines or {}
-             return { #l, l[1], l[#l] }",
-        )
-        .await;
-    let full = full.as_array().unwrap();
-    assert_eq!(full[0].as_u64(), Some(30000), "{full:?}");
-    assert_eq!(full[1].as_str(), Some("1"));
-    assert_eq!(full[2].as_str(), Some("30000"));
+    assert_eq!(res["text"], "from-modern\n", "{res}");
+    let (_, title, status) = ed.card_with("\nfrom-modern").await;
+    assert!(title.contains("bash (modern-agent)"), "{title}");
+    assert_eq!(status, "done");
+}
+
+#[tokio::test]
+async fn mcp_mirror_card_title_ticks_while_the_call_runs() {
+    let ed = Editor::start().await;
+    let gate = ed.home.path().join("gate");
+    let command = format!(
+        "echo tick; for i in $(seq 400); do [ -e {} ] && break; sleep 0.05; done",
+        gate.display()
+    );
+    let addr = ed.addr.to_str().unwrap().to_string();
+    let mut call = Call::start(&command, &addr, &ed.state(), ed.home.path()).await;
+    let (_, title, _) = ed.card_with("\ntick").await;
+    assert!(title.contains("running · "), "{title}");
+    // The elapsed time in the title goes on without any output from the command.
+    let expr = "(function() local c = require('agent_bash.float').cards()[1]
+        local t = ''
+        for _, ch in ipairs(vim.api.nvim_win_get_config(c.win).title or {}) do t = t .. ch[1] end
+        return t:find('running · [1-9]%d*s') and t or nil end)()";
+    let ticked = ed.wait_lua(expr).await;
+    assert!(ticked.as_str().unwrap().contains("bash (test-agent)"), "{ticked:?}");
+    std::fs::write(&gate, "").unwrap();
+    let res = call.result().await;
+    assert_eq!(res["is_error"], false, "{res}");
+}
+
+/// A raw client that sends its call, reads the answer and exits at once (closing the server's
+/// stdin, not waiting for it): the server must still show the real ending on the card.
+async fn call_and_leave(addr: &str, state: &Path, command: &str) -> Json {
+    call_and_leave_env(addr, state, command, None).await
+}
+
+/// [`call_and_leave`]; with `minimal_home`, the server gets only HOME (that), PATH, SHELL and
+/// TERM, as MCP hubs start servers.
+async fn call_and_leave_env(
+    addr: &str,
+    state: &Path,
+    command: &str,
+    minimal_home: Option<&Path>,
+) -> Json {
+    let cfg = state.join("config.toml");
+    std::fs::write(&cfg, format!("state_dir = {:?}\n", state.to_str().unwrap())).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--log-file").arg(state.join("log")).args(["mcp", "--config"]).arg(&cfg);
+    cmd.args(["--nvim", addr]).env_remove("NVIM").current_dir(state);
+    if let Some(home) = minimal_home {
+        cmd.env_clear().env("HOME", home).env("PATH", std::env::var("PATH").unwrap());
+        cmd.env("SHELL", "/bin/bash").env("TERM", "xterm-256color");
+    }
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let msgs = [
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "leaver", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": command}}}),
+    ];
+    for m in msgs {
+        stdin.write_all(format!("{m}\n").as_bytes()).await.unwrap();
+    }
+    stdin.flush().await.unwrap();
+    let answer = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("answered within 30 s")
+            .unwrap()
+            .expect("stdout open");
+        let v: Json = serde_json::from_str(&line).unwrap();
+        if v["id"] == 1 {
+            break v;
+        }
+    };
+    // Gone: stdin closed, the server left to end on its own.
+    drop(stdin);
+    drop(lines);
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    answer
+}
+
+#[tokio::test]
+async fn mcp_mirror_client_leaving_right_after_its_answer_leaves_the_real_ending_on_the_card() {
+    let ed = Editor::start().await;
+    let addr = ed.addr.to_str().unwrap().to_string();
+    for i in 0..20 {
+        let state = tempfile::tempdir().unwrap();
+        let command = format!("echo run-{i}; exit {}", i % 3);
+        let answer = call_and_leave(&addr, state.path(), &command).await;
+        assert_eq!(answer["result"]["isError"], i % 3 != 0, "{answer}");
+        finished_card(&ed, &command).await;
+        let status = ed
+            .lua(&format!(
+                "for _, c in ipairs(require('agent_bash.float').cards()) do
+                   if c.run.state.command == {command:?} then return c.run.state.status end end"
+            ))
+            .await;
+        let want = if i % 3 == 0 { "done" } else { "error" };
+        assert_eq!(status.as_str(), Some(want), "run {i}: {command}");
+    }
+}
+
+#[tokio::test]
+async fn mcp_mirror_server_with_a_minimal_environment_finds_an_editor_with_its_own_xdg_state() {
+    // The editor has XDG_STATE_HOME=<home>/state; a hub starts the server with only HOME, PATH,
+    // SHELL and TERM (no XDG_*, no $NVIM), in the editor's project.
+    let ed = Editor::start().await;
+    let proj = ed.home.path().join("proj");
+    let state = tempfile::Builder::new().prefix("hub-").tempdir_in(&proj).unwrap();
+    let command = "echo via-discovery";
+    let answer = call_and_leave_env("auto", state.path(), command, Some(ed.home.path())).await;
+    assert_eq!(answer["result"]["content"][0]["text"], "via-discovery\n", "{answer}");
+    let (text, title, _) = ed.card_with("\nvia-discovery").await;
+    assert!(text.contains(command), "{text}");
+    assert!(title.contains("bash (leaver)"), "{title}");
+    finished_card(&ed, command).await;
 }
