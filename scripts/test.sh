@@ -15,6 +15,9 @@ export MCP_PYTHON
 AGENTS_BIN=$(scripts/agents.sh)
 export AGENTS_BIN
 echo "== agents: $AGENTS_BIN (ip: $(scripts/debian-tool.sh /usr/sbin/ip iproute2))"
+# mcphub.nvim's Node server (npm: mcp-hub), for the mcphub test (tests/suite/mcp.rs).
+MCP_HUB_BIN=$(scripts/mcp-hub.sh)
+export MCP_HUB_BIN
 # The remote-session tests start their own OpenSSH server on loopback (Debian's openssh-server).
 echo "== sshd: $(scripts/sshd.sh)"
 # One shell test runs a session's bash under valgrind (tests/suite/shell.rs).

@@ -651,3 +651,128 @@ async fn mcp_mirror_server_with_a_minimal_environment_finds_an_editor_with_its_o
     assert!(title.contains("bash (leaver)"), "{title}");
     finished_card(&ed, command).await;
 }
+
+// mcphub.nvim ------------------------------------------------------------------------------
+
+/// The tarballs of mcphub.nvim and plenary.nvim (test data beside the repository:
+/// `../shared/clients/`, or `$AGENT_BASH_CLIENTS`).
+fn clients_dir() -> PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let candidates = [
+        std::env::var_os("AGENT_BASH_CLIENTS").map(PathBuf::from),
+        Some(repo.join("../shared/clients")),
+        Some(repo.join("../../shared/clients")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|d| d.join("mcphub.nvim.tar.gz").exists())
+        .expect("mcphub.nvim.tar.gz in ../shared/clients/ (or $AGENT_BASH_CLIENTS)")
+}
+
+/// The `mcp-hub` program (scripts/mcp-hub.sh installs it from npm; `$MCP_HUB_BIN`).
+fn mcp_hub_bin() -> PathBuf {
+    std::env::var_os("MCP_HUB_BIN").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(".mcp-hub/node_modules/.bin/mcp-hub")
+    })
+}
+
+impl Editor {
+    /// Like `wait_lua`, with a longer limit (mcp-hub is a Node server that starts its own).
+    async fn wait_lua_long(&self, expr: &str, secs: u64) -> Value {
+        let end = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let v = self.lua(&format!("return {expr}")).await;
+            if !matches!(v, Value::Nil | Value::Boolean(false)) {
+                return v;
+            }
+            assert!(Instant::now() < end, "timed out waiting for {expr}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn mcphub_calls_bash_with_the_card_under_xdg_state_home_and_lists_new_artifacts() {
+    // The editor has XDG_STATE_HOME=<home>/state; mcp-hub starts the server with only HOME,
+    // PATH, SHELL, TERM (and LOGNAME, USER).
+    let ed = Editor::start().await;
+    let hub_bin = mcp_hub_bin();
+    assert!(hub_bin.exists(), "{hub_bin:?}: run scripts/mcp-hub.sh");
+    let plugins = ed.home.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for name in ["mcphub.nvim", "plenary.nvim"] {
+        let tarball = clients_dir().join(format!("{name}.tar.gz"));
+        let st = std::process::Command::new("tar")
+            .arg("xzf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&plugins)
+            .status()
+            .unwrap();
+        assert!(st.success(), "tar xzf {tarball:?}");
+    }
+    // The README's servers.json.
+    let servers = ed.home.path().join("servers.json");
+    let cfg = json!({"mcpServers": {"agent-bash": {"command": BIN, "args": ["mcp"]}}});
+    std::fs::write(&servers, cfg.to_string()).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mark = format!("AGENT_BASH_HUB_MARK={}-{port}", std::process::id());
+    let setup = format!(
+        "vim.env.AGENT_BASH_HUB_MARK = {value:?}
+         vim.opt.rtp:prepend({plenary:?})
+         vim.opt.rtp:prepend({mcphub:?})
+         require('mcphub').setup({{ cmd = {cmd:?}, config = {servers:?}, port = {port},
+           workspace = {{ enabled = false }}, auto_approve = true, shutdown_delay = 0 }})",
+        value = mark.split_once('=').unwrap().1,
+        plenary = plugins.join("plenary.nvim"),
+        mcphub = plugins.join("mcphub.nvim"),
+        cmd = hub_bin,
+        servers = servers,
+    );
+    ed.lua(&setup).await;
+    let ready = "(function() local hub = require('mcphub').get_hub_instance()
+        if not (hub and hub:is_ready()) then return nil end
+        for _, s in ipairs(hub:get_servers()) do
+          if s.name == 'agent-bash' and s.status == 'connected' then return true end
+        end end)()";
+    ed.wait_lua_long(ready, 90).await;
+
+    // A call through mcphub's Lua API: the card shows in this editor, named after mcp-hub.
+    ed.lua(
+        "_G.hub_res = nil
+         require('mcphub').get_hub_instance():call_tool('agent-bash', 'bash',
+           {command = 'echo from-hub; seq 1 30000'},
+           {callback = function(res, err) _G.hub_res = {res = res, err = err} end})",
+    )
+    .await;
+    let res = ed.wait_lua_long("_G.hub_res and vim.json.encode(_G.hub_res)", 60).await;
+    let res: Json = serde_json::from_str(res.as_str().unwrap()).unwrap();
+    assert!(res["err"].is_null(), "{res}");
+    let text = res["res"]["result"]["content"][0]["text"].as_str().unwrap().to_string();
+    assert!(
+        text.ends_with("]") && text.contains("Full: artifact://"),
+        "{}",
+        &text[text.len() - 200..]
+    );
+    let id = text.rsplit("artifact://").next().unwrap().trim_end_matches(']').to_string();
+    let (card, title, _) = ed.card_with("\n30000").await;
+    assert!(card.contains("echo from-hub; seq 1 30000"), "{card}");
+    assert!(title.contains("bash (mcp-hub)"), "{title}");
+
+    // The new artifact shows in mcphub's resource list without a refresh.
+    let listed = format!(
+        "(function() for _, r in ipairs(require('mcphub').get_hub_instance():get_resources()) do
+           if r.uri == 'artifact://{id}' then return true end end end)()"
+    );
+    ed.wait_lua_long(&listed, 30).await;
+
+    // Stop the hub (it runs beside the editor) and whatever is left of it.
+    ed.lua("require('mcphub').get_hub_instance():stop()").await;
+    if !eventually(Duration::from_secs(10), || procs_with_env(&mark).is_empty()).await {
+        for pid in procs_with_env(&mark) {
+            // SAFETY: a process of this test (it carries the test's marker).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
