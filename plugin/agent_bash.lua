@@ -12,18 +12,27 @@ end
 
 local command = vim.api.nvim_create_user_command
 
+-- Completion as for :! (the command, then file names), asked of :! itself. Not a built-in
+-- file completion: that would have Neovim expand `%` and `#` in the arguments before we see
+-- them (`${#x}`, `${x%.c}`), where our own expansion leaves what is not a file name alone.
+local function shell_complete(_, line)
+  local rest = line:match('AgentBash%a*!?%s*(.*)$') or ''
+  return vim.fn.getcompletion('!' .. rest, 'cmdline')
+end
+
 command('AgentBash', function(o)
-  api().command(o.args, { exclude = o.bang })
+  api().command(o.args, { exclude = o.bang, range = o.range > 0 and { o.line1, o.line2 } or nil })
 end, {
   nargs = '*',
   bang = true,
-  complete = 'shellcmd',
+  range = true,
+  complete = shell_complete,
   desc = 'agent-bash: run a shell command (% expands as for :!; no argument: run the last one again; ! excludes it from the agent context)',
 })
 
 command('AgentBashTerm', function(o)
   api().command(o.args, { exclude = o.bang, pty = true })
-end, { nargs = '*', bang = true, complete = 'shellcmd', desc = 'agent-bash: run a shell command in a terminal (PTY)' })
+end, { nargs = '*', bang = true, complete = shell_complete, desc = 'agent-bash: run a shell command in a terminal (PTY)' })
 
 command('AgentBashQuickfix', function(o)
   require('agent_bash.quickfix').command(o.args)
@@ -41,13 +50,28 @@ command('AgentBashHistory', function()
   require('agent_bash.history').pick()
 end, { nargs = 0, desc = 'agent-bash: past runs of this session' })
 
-command('AgentBashCancel', function()
-  api().cancel()
-end, { nargs = 0, desc = 'agent-bash: cancel the running bash command' })
+local function complete_runs(lead)
+  return require('agent_bash.runs').complete(lead)
+end
 
-command('AgentBashFocus', function()
-  api().focus()
-end, { nargs = 0, desc = 'agent-bash: move into the newest card' })
+local function with_id(fn)
+  return function(o)
+    local id = require('agent_bash.runs').run_id(o.args)
+    if vim.trim(o.args) ~= '' and not id then
+      vim.notify('agent-bash: expected a run id, got ' .. o.args, vim.log.levels.ERROR)
+      return
+    end
+    fn(id)
+  end
+end
+
+command('AgentBashCancel', with_id(function(id)
+  api().cancel(id)
+end), { nargs = '*', complete = complete_runs, desc = 'agent-bash: cancel run [id] (default: the newest running bash command)' })
+
+command('AgentBashFocus', with_id(function(id)
+  api().focus(id)
+end), { nargs = '*', complete = complete_runs, desc = "agent-bash: move into run [id]'s card or terminal (default: the running terminal, else the newest card)" })
 
 command('AgentBashToggle', function()
   api().toggle()
@@ -57,9 +81,9 @@ command('AgentBashRestart', function()
   api().restart()
 end, { nargs = 0, desc = 'agent-bash: restart the backend (it reads the settings file again) once running commands end' })
 
-command('AgentBashClose', function()
-  api().close_all()
-end, { nargs = 0, desc = 'agent-bash: close every card' })
+command('AgentBashClose', with_id(function(id)
+  api().close(id)
+end), { nargs = '*', complete = complete_runs, desc = "agent-bash: close run [id]'s card or terminal (default: every card and terminal float)" })
 
 local plug = function(name, rhs, desc)
   vim.keymap.set('n', '<Plug>(' .. name .. ')', rhs, { silent = true, desc = 'agent-bash: ' .. desc })

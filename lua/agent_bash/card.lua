@@ -22,6 +22,10 @@ function M.render(state, opts)
     icons = opts.icons or options.icons,
     collapsed_lines = opts.collapsed_lines or options.card.collapsed_lines,
     bang_lines = opts.bang_lines or options.card.bang_lines,
+    -- false: the cursor is not in the card, so its keys do not work where the user is; hints
+    -- then name commands (nil: rendered for a focused card)
+    unfocused = opts.focused == false,
+    id = opts.id,
     lines = {},
     highlights = {},
     styles = {},
@@ -440,20 +444,38 @@ function H.collapsed_rows(ctx, lines, spans, unseen)
     end
   end
   local shown = #picked
-  local skipped = total - shown + unseen
+  -- The note counts what <Tab> shows; lines only the artifact holds are named after it.
+  local skipped = total - shown
+  local rest = H.rest_note(ctx, unseen)
   if skipped > 0 then
     ctx.expandable = true
     H.add(
       ctx,
-      ('… (%d earlier lines, showing %d of %d) (%s to expand)'):format(skipped, shown, skipped + shown, ctx.keys.toggle),
+      ('… (%d earlier lines, showing %d of %d) (%s to expand)'):format(skipped, shown, skipped + shown, ctx.keys.toggle)
+        .. (rest and (', ' .. rest) or ''),
       'AgentBashMore'
     )
+  elseif rest then
+    H.add(ctx, '… ' .. rest, 'AgentBashMore')
   end
   for k = shown, 1, -1 do
     local i, seg, text = picked[k][1], picked[k][2], picked[k][3]
     H.add(ctx, text:sub(seg[1] + 1, seg[2]))
     H.add_spans(ctx, spans[i - 1], seg[1], seg[2])
   end
+end
+
+--- The lines before what the card holds, which <Tab> cannot show: `198000 earlier lines in
+--- artifact://0 (o: full output)`; nil when there are none.
+function H.rest_note(ctx, unseen)
+  if unseen <= 0 then
+    return nil
+  end
+  local id = ctx.state.result and ctx.state.result.artifact_id
+  if id then
+    return ('%d earlier lines in artifact://%d (%s: full output)'):format(unseen, id, ctx.keys.full_output)
+  end
+  return ('%d earlier lines not kept'):format(unseen)
 end
 
 --- In an expanded card, lines the backend no longer holds in its window.
@@ -480,13 +502,16 @@ function H.bang_body(ctx)
   -- The note stands where the hidden lines are (above the tail) and counts only what <Tab>
   -- shows; lines only the artifact holds are named apart, with the key that loads them.
   if not ctx.expanded and s.status ~= 'running' then
-    local id = r and r.artifact_id
-    if unseen > 0 and id then
-      H.add(ctx, ('… %d earlier lines in artifact://%d (%s: full output)'):format(unseen, id, ctx.keys.full_output), 'AgentBashMore')
-    end
+    local rest = H.rest_note(ctx, unseen)
     if first > 1 then
       ctx.expandable = true
-      H.add(ctx, ('… %d more lines (%s to expand)'):format(first - 1, ctx.keys.toggle), 'AgentBashMore')
+      H.add(
+        ctx,
+        ('… %d more lines (%s to expand)'):format(first - 1, ctx.keys.toggle) .. (rest and (', ' .. rest) or ''),
+        'AgentBashMore'
+      )
+    elseif rest then
+      H.add(ctx, '… ' .. rest, 'AgentBashMore')
     end
   end
   for i = first, #lines do
@@ -494,8 +519,8 @@ function H.bang_body(ctx)
   end
   if s.status == 'running' then
     local cancel = s.cancel_requested and 'Cancelling…'
-      or ctx.kill_key and ('Running… (%s to cancel)'):format(ctx.kill_key)
-      or 'Running… (:AgentBashCancel to cancel)'
+      or ctx.kill_key and not ctx.unfocused and ('Running… (%s to cancel)'):format(ctx.kill_key)
+      or ('Running… (:AgentBashCancel%s to cancel)'):format(ctx.id and (' ' .. ctx.id) or '')
     if s.waiting_input and not s.cancel_requested then
       cancel = 'Waiting for input (:AgentBashFocus to answer)'
     end
@@ -649,6 +674,18 @@ function H.footer(ctx)
   if receipt then
     parts[#parts + 1] = receipt
   end
+  if ctx.unfocused then
+    -- The card's own keys work only inside it: say how to get there, and what works from here.
+    local id = ctx.id and (' ' .. ctx.id) or ''
+    local map = M.plug_lhs('AgentBashFocus')
+    parts[#parts + 1] = map and (map .. ' focus') or (':AgentBashFocus' .. id)
+    if s.status == 'running' and not s.cancel_requested then
+      parts[#parts + 1] = ':AgentBashCancel' .. id
+    elseif s.status ~= 'running' then
+      parts[#parts + 1] = ':AgentBashClose' .. id
+    end
+    return { { ' ' .. table.concat(parts, ' · ') .. ' ', 'AgentBashFooter' } }
+  end
   if s.status == 'running' and ctx.kill_key and not s.cancel_requested then
     parts[#parts + 1] = ctx.kill_key .. ' cancel'
   end
@@ -664,6 +701,18 @@ function H.footer(ctx)
   end
   parts[#parts + 1] = ctx.keys.close .. ' close'
   return { { ' ' .. table.concat(parts, ' · ') .. ' ', 'AgentBashFooter' } }
+end
+
+--- The user's normal-mode mapping of `<Plug>(<name>)`, if any (its lhs as `:map` shows it).
+---@param name string
+---@return string?
+function M.plug_lhs(name)
+  local rhs = '<Plug>(' .. name .. ')'
+  for _, m in ipairs(vim.api.nvim_get_keymap('n')) do
+    if m.rhs == rhs then
+      return m.lhsraw and vim.fn.keytrans(m.lhsraw) or m.lhs
+    end
+  end
 end
 
 --- What a finished run cost (SPEC §7 receipt), as the footer shows it: `2.0 s CPU, 210 MiB`;

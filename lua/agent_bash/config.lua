@@ -17,7 +17,8 @@ local H = {}
 ---@field collapsed_lines integer display lines a collapsed tool-call card shows
 ---@field bang_lines integer logical lines a running/collapsed bang card shows
 ---@field show_tool_cards boolean open a card for each tool call
----@field auto_close integer|false close finished tool-call cards after this many ms
+---@field auto_close integer|false close finished tool-call cards after this many ms (not while focused or expanded)
+---@field max_running integer running cards on screen at once; the others are counted on one line
 ---@field enter boolean move the cursor into a bang command's card when it opens
 
 ---@class agent_bash.QuickfixConfig
@@ -63,7 +64,8 @@ M.defaults = {
     collapsed_lines = 10, -- display lines a collapsed tool-call card shows (SPEC §8.1)
     bang_lines = 20, -- logical lines a bang card shows while running / collapsed (SPEC §8.2)
     show_tool_cards = true, -- false: tool calls draw nothing (agent plugins render on_update)
-    auto_close = false, -- ms after which a finished tool-call card closes; false: stays
+    auto_close = 10000, -- ms after which a finished tool-call card closes (unless the cursor is in it or it is expanded); false: stays
+    max_running = 3, -- running cards on screen at once; the others are counted on one `N more running` line
     enter = false, -- true: a bang command's card takes the cursor when it opens
   },
   -- Errors → quickfix (`:AgentBashQuickfix`).
@@ -175,7 +177,7 @@ function H.check(opts, o)
     end, false, 'a key (non-empty string)')
   end
   v('card', o.card, 'table')
-  for _, k in ipairs({ 'max_width', 'max_height', 'collapsed_lines', 'bang_lines' }) do
+  for _, k in ipairs({ 'max_width', 'max_height', 'collapsed_lines', 'bang_lines', 'max_running' }) do
     v('card.' .. k, o.card[k], positive_int, false, 'a positive integer')
   end
   v('card.show_tool_cards', o.card.show_tool_cards, 'boolean')

@@ -1,5 +1,9 @@
 -- Card windows: open, draw what card.lua rendered, stack, toggle, close. Cards stack from the
--- bottom-right corner upward, newest at the bottom; older cards that no longer fit are closed.
+-- bottom-right corner upward, newest at the bottom, and never cover the cursor: when the cursor
+-- is under the stack, the stack moves to the larger side of it (and shrinks to fit). At most
+-- one finished bang card stays (a new card replaces finished ones); running cards show up to
+-- `card.max_running`, the others are counted on one `N more running` line; finished cards that
+-- no longer fit are closed.
 
 local M = {}
 local H = {}
@@ -12,6 +16,7 @@ local H = {}
 ---@field rendered? agent_bash.Rendered
 ---@field prev_win? integer window to return to when the card closes
 ---@field closed boolean
+---@field hidden? boolean no room on screen (over the running limit, or the cursor is there): no window for now
 
 local NS = vim.api.nvim_create_namespace('agent_bash_card')
 
@@ -23,8 +28,11 @@ function M.open(run, opts)
   opts = opts or {}
   require('agent_bash.highlight').setup()
   H.autocmds()
+  if run.state.origin == 'bang' then
+    M.close_finished({ bang = true })
+  end
   local buf = vim.api.nvim_create_buf(false, true)
-  vim.bo[buf].bufhidden = 'wipe'
+  vim.bo[buf].bufhidden = 'hide' -- outlives its window while the card is hidden; deleted on close
   vim.bo[buf].tabstop = 8
   ---@type agent_bash.Card
   local card = { run = run, buf = buf, expanded = false, closed = false, prev_win = vim.api.nvim_get_current_win() }
@@ -215,44 +223,141 @@ function M.cards()
   return vim.list_slice(H.cards)
 end
 
---- Moves the cursor into the newest card.
-function M.focus()
-  local card = H.cards[#H.cards]
-  if card and card.win and vim.api.nvim_win_is_valid(card.win) then
-    card.prev_win = vim.api.nvim_get_current_win()
+--- Moves the cursor into a card (default: the newest), showing it first when it was hidden:
+--- it becomes the newest, so it keeps its place on screen.
+---@param card? agent_bash.Card
+function M.focus(card)
+  card = card or H.cards[#H.cards]
+  if not card or card.closed then
+    return
+  end
+  local prev = vim.api.nvim_get_current_win()
+  if not card.win or not vim.api.nvim_win_is_valid(card.win) then
+    H.remove(card)
+    table.insert(H.cards, card)
+    card.hidden = false
+    H.focus_next = card
+    M.layout()
+    H.focus_next = nil
+  end
+  if card.win and vim.api.nvim_win_is_valid(card.win) then
+    if prev ~= card.win then
+      card.prev_win = prev
+    end
     vim.api.nvim_set_current_win(card.win)
   end
 end
 
---- Places every card: newest at the bottom right, older ones above; cards that do not fit
---- are closed (their runs go on).
+--- The card of run `id` (open, shown or hidden), if any.
+---@param id integer
+---@return agent_bash.Card?
+function M.find(id)
+  for _, card in ipairs(H.cards) do
+    if card.run.id == id then
+      return card
+    end
+  end
+end
+
+--- Closes finished cards (not the one the cursor is in), and with `bang` only bang cards and
+--- finished terminal floats: what a new bang card replaces.
+---@param opts? {bang?: boolean, except?: agent_bash.Card}
+function M.close_finished(opts)
+  opts = opts or {}
+  local current = vim.api.nvim_get_current_win()
+  for _, card in ipairs(vim.list_slice(H.cards)) do
+    local s = card.run.state
+    if card.run.finished and card ~= opts.except and card.win ~= current and (not opts.bang or s.origin == 'bang') then
+      M.close(card, { no_layout = true })
+    end
+  end
+  require('agent_bash.terminal').close_finished()
+end
+
+--- Whether the cursor is in this card's window.
+---@param card agent_bash.Card
+---@return boolean
+function M.focused(card)
+  return card.win ~= nil and vim.api.nvim_win_is_valid(card.win) and vim.api.nvim_get_current_win() == card.win
+end
+
+--- Places every card: newest at the bottom right, older ones above, in the part of the screen
+--- the cursor is not in (when the cursor is under the stack's columns, the larger side of its
+--- row). Running cards beyond `card.max_running` are hidden and counted on one line; finished
+--- cards that do not fit are closed (their runs go on), the newest card is shrunk or hidden.
 function M.layout()
   local edges = H.edges(H.border())
   local columns = vim.o.columns
-  local width = math.max(10, math.min(require('agent_bash.config').options.card.max_width, columns - edges.cols - 2))
-  local max_height = require('agent_bash.config').options.card.max_height
+  local options = require('agent_bash.config').options
+  local width = math.max(10, math.min(options.card.max_width, columns - edges.cols - 2))
+  local max_height = options.card.max_height
   local top = H.top_row()
   local bottom = vim.o.lines - vim.o.cmdheight - (vim.o.laststatus > 0 and 1 or 0)
+  local col = math.max(0, columns - width - edges.cols - 1)
+  local cursor = H.cursor_cell()
+  H.last_cursor = H.cursor_key(cursor, col)
+  if cursor and cursor.col >= col and cursor.row >= top and cursor.row < bottom then
+    if bottom - (cursor.row + 1) >= cursor.row - top then
+      top = cursor.row + 1
+    else
+      bottom = cursor.row
+    end
+  end
   local extra = edges.rows
-  local drop = {}
+  local current = vim.api.nvim_get_current_win()
+  local drop, hide, more = {}, {}, {}
+  local running, placed = 0, 0
   for i = #H.cards, 1, -1 do
     local card = H.cards[i]
-    if card.rendered and card.rendered.width ~= width then
-      H.draw(card, width)
-    end
-    local height = math.min(card.rendered.height, max_height)
-    if bottom - top - extra < 1 or (bottom - (height + extra) < top and i ~= #H.cards) then
-      drop[#drop + 1] = card
+    local is_current = card.win ~= nil and card.win == current
+    local live = not card.run.finished
+    if live and not is_current and card ~= H.focus_next and running >= options.card.max_running then
+      hide[#hide + 1] = card
+      more[#more + 1] = card
     else
-      height = math.max(1, math.min(height, bottom - top - extra))
-      local row = bottom - height - extra
-      H.place(card, row, columns - width - edges.cols - 1, width, height, edges)
-      bottom = row
+      if live then
+        running = running + 1
+      end
+      if card.rendered and card.rendered.width ~= width then
+        H.draw(card, width)
+      end
+      local height = math.min(card.rendered.height, max_height)
+      -- one row is kept for the `N more running` line while cards are left out
+      local floor = top + ((#more > 0 or H.more_needed(i, running, options)) and 1 or 0)
+      if bottom - floor - extra < 1 or (bottom - (height + extra) < floor and placed > 0) then
+        if live or placed == 0 then
+          hide[#hide + 1] = card
+          if live then
+            more[#more + 1] = card
+          end
+        else
+          drop[#drop + 1] = card
+        end
+      else
+        height = math.max(1, math.min(height, bottom - floor - extra))
+        local row = bottom - height - extra
+        card.hidden = false
+        H.place(card, row, col, width, height, edges)
+        bottom = row
+        placed = placed + 1
+      end
     end
+  end
+  for _, card in ipairs(hide) do
+    H.hide(card)
   end
   for _, card in ipairs(drop) do
     M.close(card, { no_layout = true })
   end
+  H.more_line(more, bottom - 1 >= top and bottom - 1 or nil, col, width + edges.cols)
+end
+
+--- The cards that ran out of room: the run ids, for `:AgentBashFocus`.
+---@return agent_bash.Card[]
+function M.hidden()
+  return vim.tbl_filter(function(c)
+    return c.hidden
+  end, H.cards)
 end
 
 --- Float conventions shared with terminal floats: the `border` to pass to nvim_open_win() (nil
@@ -273,6 +378,100 @@ end
 -- Helpers -----------------------------------------------------------------------------------
 
 H.cards = {} ---@type agent_bash.Card[]
+H.more = nil ---@type {buf: integer, win?: integer}?
+H.last_cursor = nil ---@type string?
+H.focus_next = nil ---@type agent_bash.Card? a hidden card being focused: it gets a place
+
+--- Whether running cards older than index `i` will be left out (so a row is kept for the line
+--- that counts them).
+function H.more_needed(i, running, options)
+  local live = 0
+  for j = i - 1, 1, -1 do
+    if not H.cards[j].run.finished then
+      live = live + 1
+    end
+  end
+  return live > 0 and running + live > options.card.max_running
+end
+
+--- The cursor's cell on the screen (0-based editor row and column), or nil when the cursor is
+--- in a float (a card, a terminal): the stack keeps its place then.
+---@return {row: integer, col: integer}?
+function H.cursor_cell()
+  local win = vim.api.nvim_get_current_win()
+  if vim.api.nvim_win_get_config(win).relative ~= '' then
+    return nil
+  end
+  local pos = vim.fn.screenpos(win, vim.fn.line('.'), vim.fn.col('.'))
+  if not pos or pos.row == 0 then
+    return nil
+  end
+  return { row = pos.row - 1, col = pos.col - 1 }
+end
+
+--- What of the cursor's position matters to the layout: its row when it is under the stack.
+function H.cursor_key(cursor, col)
+  if not cursor then
+    return 'float'
+  end
+  return cursor.col >= col and ('row' .. cursor.row) or 'clear'
+end
+
+--- A card with no room: its window goes, the card stays (shown again when room comes back).
+function H.hide(card)
+  card.hidden = true
+  local win = card.win
+  card.win = nil
+  if win and vim.api.nvim_win_is_valid(win) then
+    pcall(vim.api.nvim_win_close, win, true)
+  end
+end
+
+--- One line above the stack: `N more running (:AgentBashFocus <id>|…)` for the running cards
+--- left out (nothing when none is, or there is no row for it).
+function H.more_line(cards, row, col, width)
+  if #cards == 0 or not row then
+    if H.more and H.more.win and vim.api.nvim_win_is_valid(H.more.win) then
+      pcall(vim.api.nvim_win_close, H.more.win, true)
+    end
+    if H.more then
+      H.more.win = nil
+    end
+    return
+  end
+  local ids = {}
+  for _, card in ipairs(cards) do
+    ids[#ids + 1] = card.run.id
+  end
+  table.sort(ids, function(a, b)
+    return a > b
+  end)
+  local text = (' %d more running (:AgentBashFocus %s)'):format(#cards, table.concat(ids, '|'))
+  if vim.fn.strwidth(text) > width then
+    text = vim.fn.strcharpart(text, 0, width - 1) .. '…'
+  end
+  if not (H.more and vim.api.nvim_buf_is_valid(H.more.buf)) then
+    H.more = { buf = vim.api.nvim_create_buf(false, true) }
+    vim.bo[H.more.buf].bufhidden = 'hide'
+  end
+  vim.api.nvim_buf_set_lines(H.more.buf, 0, -1, false, { text })
+  local cfg = { relative = 'editor', row = row, col = col, width = width, height = 1, zindex = 45, focusable = false }
+  if H.more.win and vim.api.nvim_win_is_valid(H.more.win) then
+    vim.api.nvim_win_set_config(H.more.win, cfg)
+  else
+    cfg.style, cfg.border, cfg.noautocmd = 'minimal', 'none', true
+    H.more.win = vim.api.nvim_open_win(H.more.buf, false, cfg)
+    vim.wo[H.more.win].winhighlight = 'Normal:AgentBashMore,NormalFloat:AgentBashMore'
+  end
+end
+
+--- The `N more running` line, as text (nil when not shown).
+---@return string?
+function M.more_text()
+  if H.more and H.more.win and vim.api.nvim_win_is_valid(H.more.win) then
+    return vim.api.nvim_buf_get_lines(H.more.buf, 0, 1, false)[1]
+  end
+end
 
 --- A window that is not a float, preferring the current tab's previous window.
 function H.normal_window()
@@ -301,7 +500,11 @@ end
 --- Renders the run's state and writes it into the card's buffer.
 function H.draw(card, width)
   width = width or H.width()
-  local rendered = require('agent_bash.card').render(card.run.state, { width = width, expanded = card.expanded })
+  card.drawn_focused = M.focused(card)
+  local rendered = require('agent_bash.card').render(
+    card.run.state,
+    { width = width, expanded = card.expanded, focused = card.drawn_focused, id = card.run.id }
+  )
   rendered.width = width
   if not H.edges(H.border()).full then
     H.frame(rendered)
@@ -483,16 +686,22 @@ end
 
 --- A card closed by other means (`:q`, `<C-w>o`) leaves the stack too.
 function H.watch_close(card)
+  local win = card.win
   vim.api.nvim_create_autocmd('WinClosed', {
     group = H.augroup,
-    pattern = tostring(card.win),
+    pattern = tostring(win),
     once = true,
     callback = function()
-      if not card.closed then
+      if not card.closed and card.win == win then -- not a window we hid ourselves
         card.closed = true
         card.win = nil
         H.remove(card)
-        vim.schedule(M.layout)
+        vim.schedule(function()
+          if vim.api.nvim_buf_is_valid(card.buf) then
+            pcall(vim.api.nvim_buf_delete, card.buf, { force = true })
+          end
+          M.layout()
+        end)
       end
     end,
   })
@@ -503,6 +712,35 @@ function H.autocmds()
     return
   end
   H.augroup = vim.api.nvim_create_augroup('agent_bash_float', { clear = true })
+  -- The stack never covers the cursor: it moves when the cursor goes under it.
+  vim.api.nvim_create_autocmd({ 'CursorMoved', 'CursorMovedI', 'WinScrolled', 'WinEnter' }, {
+    group = H.augroup,
+    desc = 'agent-bash: keep cards off the cursor',
+    callback = function()
+      if #H.cards == 0 then
+        return
+      end
+      local edges = H.edges(H.border())
+      local col = math.max(0, vim.o.columns - H.width() - edges.cols - 1)
+      if H.cursor_key(H.cursor_cell(), col) ~= H.last_cursor then
+        M.layout()
+      end
+    end,
+  })
+  -- Hints say what works where the cursor is: a card's keys inside it, commands outside.
+  vim.api.nvim_create_autocmd({ 'WinEnter', 'WinLeave' }, {
+    group = H.augroup,
+    desc = 'agent-bash: card hints follow the focus',
+    callback = function()
+      vim.schedule(function()
+        for _, card in ipairs(H.cards) do
+          if card.win and vim.api.nvim_win_is_valid(card.win) and (card.drawn_focused or false) ~= M.focused(card) then
+            M.refresh(card)
+          end
+        end
+      end)
+    end,
+  })
   vim.api.nvim_create_autocmd({ 'VimResized', 'OptionSet' }, {
     group = H.augroup,
     pattern = { '*' },

@@ -30,6 +30,7 @@ end
 ---@class agent_bash.RunOpts
 ---@field exclude? boolean exclude from the agent's context (`:AgentBash!`); the card is dimmed
 ---@field pty? boolean run in a pseudo-terminal shown in a terminal float (`:AgentBashTerm`)
+---@field range? [integer, integer] `:{range}AgentBash {filter}`: lines (1-based, inclusive) of the current buffer the command filters, as `:{range}!`
 
 --- Runs a bang command (the user's own) in the current directory and shows its card (or, with
 --- `pty`, its terminal). Runs side by side: a second command while one runs starts at once, in
@@ -80,18 +81,28 @@ function M.command(args, opts)
     return nil
   end
   cmdline.remember(cmd)
+  H.autowrite()
+  if opts and opts.range then
+    return H.filter(cmd, opts)
+  end
   return M.run(cmd, opts)
 end
 
---- Cancels the newest running bang command. Returns false (and says so) when none runs.
+--- Cancels run `id` (a bang command or a tool call; `:AgentBashCancel {id}`), by default the
+--- newest running bang command. Returns false (and says so) when it does not run.
+---@param id? integer
 ---@return boolean
-function M.cancel()
-  local run = require('agent_bash.runs').bang()
+function M.cancel(id)
+  local runs = require('agent_bash.runs')
+  local run = id and runs.get(id) or (not id and runs.bang()) or nil
   if not run then
-    vim.notify('agent-bash: no bash command is running', vim.log.levels.INFO)
+    vim.notify(
+      id and ('agent-bash: run %d is not running'):format(id) or 'agent-bash: no bash command is running',
+      vim.log.levels.INFO
+    )
     return false
   end
-  require('agent_bash.runs').cancel(run)
+  runs.cancel(run)
   return true
 end
 
@@ -201,11 +212,33 @@ function M.changes(changes_id)
   return require('agent_bash.changes').get(changes_id)
 end
 
---- Moves the cursor into the running terminal, else the newest card.
-function M.focus()
-  if not require('agent_bash.terminal').focus() then
-    require('agent_bash.float').focus()
+--- Moves the cursor into run `id`'s terminal or card (`:AgentBashFocus {id}`), showing it again
+--- when it was closed or had no room; by default into the running terminal, else the newest
+--- card. Returns false (and says so) when there is no such run.
+---@param id? integer
+---@return boolean
+function M.focus(id)
+  local float, terminal = require('agent_bash.float'), require('agent_bash.terminal')
+  if not id then
+    if not terminal.focus() then
+      float.focus()
+    end
+    return true
   end
+  local runs = require('agent_bash.runs')
+  local run = runs.get(id) or runs.finished(id)
+  if not run then
+    vim.notify(('agent-bash: no run %d (finished runs: :AgentBashHistory)'):format(id), vim.log.levels.INFO)
+    return false
+  end
+  if run.term and terminal.focus(run.term) then
+    return true
+  end
+  if not run.card or run.card.closed then
+    run.card = float.open(run, { enter = false })
+  end
+  float.focus(run.card)
+  return true
 end
 
 --- Collapses or expands the newest card.
@@ -216,11 +249,37 @@ function M.toggle()
   end
 end
 
---- Closes every card (their commands keep running).
+--- Closes every card (their commands keep running: `:AgentBashFocus {id}` shows them again)
+--- and the floats of finished terminals.
 function M.close_all()
   local float = require('agent_bash.float')
   for _, card in ipairs(float.cards()) do
-    float.close(card)
+    float.close(card, { no_layout = true })
+  end
+  require('agent_bash.terminal').close_finished()
+  float.layout()
+end
+
+--- Closes run `id`'s card or terminal float (`:AgentBashClose {id}`; no id: every one). The
+--- command keeps running.
+---@param id? integer
+function M.close(id)
+  if not id then
+    return M.close_all()
+  end
+  local run = require('agent_bash.runs').get(id) or require('agent_bash.runs').finished(id)
+  local found = false
+  if run and run.card and not run.card.closed then
+    require('agent_bash.float').close(run.card)
+    found = true
+  end
+  local term = require('agent_bash.terminal').get(id)
+  if term and term.win then
+    require('agent_bash.terminal').close(term)
+    found = true
+  end
+  if not found then
+    vim.notify(('agent-bash: run %d shows nothing to close'):format(id), vim.log.levels.INFO)
   end
 end
 
@@ -249,6 +308,86 @@ function H.validate_tool_call(params, callbacks)
   validate('callbacks', callbacks, 'table')
   validate('callbacks.on_done', callbacks.on_done, 'callable')
   validate('callbacks.on_update', callbacks.on_update, 'callable', true)
+end
+
+--- As `:!` does with 'autowrite' or 'autowriteall': modified buffers with a file are written
+--- before the command runs, so it sees what the user sees.
+function H.autowrite()
+  if not (vim.o.autowrite or vim.o.autowriteall) then
+    return
+  end
+  for _, buf in ipairs(vim.api.nvim_list_bufs()) do
+    local bo = vim.bo[buf]
+    if vim.api.nvim_buf_is_loaded(buf) and bo.modified and bo.buftype == '' and not bo.readonly
+      and vim.api.nvim_buf_get_name(buf) ~= '' then
+      local ok, err = pcall(vim.api.nvim_buf_call, buf, function()
+        vim.cmd('silent update')
+      end)
+      if not ok then
+        vim.notify('agent-bash: autowrite: ' .. tostring(err), vim.log.levels.WARN)
+      end
+    end
+  end
+end
+
+--- `:{range}AgentBash {filter}` as `:{range}!`: the lines go to the command's standard input
+--- (a temporary file), and when it succeeds its output replaces them in one change (one undo).
+--- A failed or cancelled filter, or a buffer changed meanwhile, leaves the lines alone.
+function H.filter(cmd, opts)
+  local buf = vim.api.nvim_get_current_buf()
+  local first, last = opts.range[1], opts.range[2]
+  local input = vim.fn.tempname()
+  vim.fn.writefile(vim.api.nvim_buf_get_lines(buf, first - 1, last, false), input)
+  local tick = vim.api.nvim_buf_get_changedtick(buf)
+  local run
+  run = require('agent_bash.runs').start({
+    origin = 'bang',
+    command = cmd,
+    -- a group, so that every stage of a pipeline reads from the lines' file
+    run_command = ('{ %s\n} < %s'):format(cmd, vim.fn.shellescape(input)),
+    cwd = vim.fn.getcwd(),
+    local_cwd = true,
+    profile = H.profile(),
+    exclude = opts.exclude and true or false,
+    enter = false,
+    on_done = function(result)
+      vim.schedule(function()
+        os.remove(input)
+        H.filtered(run, buf, first, last, tick, result)
+      end)
+    end,
+  })
+  return run.id
+end
+
+function H.filtered(run, buf, first, last, tick, result)
+  if result.error or result.cancelled or result.timed_out or result.exit_code ~= 0 then
+    return -- the card says why; the lines stay
+  end
+  if not vim.api.nvim_buf_is_valid(buf) or vim.api.nvim_buf_get_changedtick(buf) ~= tick then
+    vim.notify('agent-bash: the buffer changed while the filter ran: lines left as they were', vim.log.levels.WARN)
+    return
+  end
+  local lines, err = require('agent_bash.float').output_lines(run)
+  if not lines or H.partial(run) then
+    vim.notify('agent-bash: filter output not available: ' .. tostring(err or 'truncated without an artifact'), vim.log.levels.ERROR)
+    return
+  end
+  vim.api.nvim_buf_set_lines(buf, first - 1, last, false, lines)
+  if run.card then
+    require('agent_bash.float').close(run.card)
+  end
+  vim.notify(('%d lines filtered'):format(last - first + 1), vim.log.levels.INFO)
+end
+
+--- The run holds only part of its output and no artifact has the rest.
+function H.partial(run)
+  local s = run.state
+  if s.full_lines then
+    return false
+  end
+  local r = s.result or {}
+  return (s.total_lines or 0) > #(s.lines or {}) and not r.artifact_id
 end
 
 --- The remote profile of bang commands: `vim.b.agent_bash_profile`, else

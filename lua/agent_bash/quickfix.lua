@@ -29,9 +29,21 @@ function M.fill(id, opts)
     return nil, err
   end
   local efm = M.errorformat(run.state.command, run.efm_win)
+  -- Entries are read against the directory the errors came from: a leading `cd DIR &&` or
+  -- `make -C DIR` says it (a directory line the format reads first, as make's "Entering
+  -- directory" lines do; those later in the output still apply).
+  local dir = run.state.cwd and M.directory(run.state.command, run.state.cwd)
+  if dir then
+    lines = vim.list_extend({ H.DIR_MARK .. dir }, lines)
+    efm = '%D' .. H.DIR_MARK .. '%f,' .. efm
+  end
   local parsed = vim.fn.getqflist({ lines = lines, efm = efm })
+  local items = parsed.items or {}
+  if dir and items[1] and items[1].valid == 0 and items[1].text == H.DIR_MARK .. dir then
+    table.remove(items, 1) -- our directory line is not an entry
+  end
   local count = 0
-  for _, item in ipairs(parsed.items or {}) do
+  for _, item in ipairs(items) do
     if item.valid == 1 then
       count = count + 1
     end
@@ -40,7 +52,7 @@ function M.fill(id, opts)
     return 0
   end
   local title = ('agent-bash: $ %s'):format(run.state.command:match('^[^\n]*'))
-  vim.fn.setqflist({}, ' ', { lines = lines, efm = efm, title = title })
+  vim.fn.setqflist({}, ' ', { items = items, title = title })
   return count
 end
 
@@ -109,11 +121,47 @@ function M.errorformat(command, win)
   return vim.api.nvim_get_option_value('errorformat', { scope = 'global' })
 end
 
---- The program a command runs: its first word after `VAR=value` assignments and common
---- wrappers (`env`, `time`, `npx`, `python -m`), without its directory.
+--- The directory a command's errors are relative to, when it is not where the command started
+--- (`cwd`): after leading `cd DIR &&` steps, and for `make -C DIR` / `make --directory=DIR`.
+--- Nil when the command stays in `cwd`.
+---@param command string
+---@param cwd string
+---@return string?
+function M.directory(command, cwd)
+  local dir, rest = cwd, command
+  local moved = false
+  while true do
+    local d, r = H.cd_step(rest)
+    if not d then
+      break
+    end
+    dir, rest, moved = H.join(dir, d), r, true
+  end
+  local words = vim.split(vim.trim(rest:match('^[^\n|;&]*') or ''), '%s+')
+  if M.program(rest) == 'make' then
+    for i, w in ipairs(words) do
+      local d = (w == '-C' and words[i + 1]) or w:match('^%-C(.+)$') or w:match('^%-%-directory=(.+)$')
+      if d then
+        dir, moved = H.join(dir, H.unquote(d)), true
+        break
+      end
+    end
+  end
+  return moved and dir or nil
+end
+
+--- The program a command runs: its first word after leading `cd DIR &&` steps, `VAR=value`
+--- assignments and common wrappers (`env`, `time`, `npx`, `python -m`), without its directory.
 ---@param command string
 ---@return string?
 function M.program(command)
+  while true do
+    local d, rest = H.cd_step(command)
+    if not d then
+      break
+    end
+    command = rest
+  end
   local words = vim.split(vim.trim(command:match('^[^\n|;&]*') or ''), '%s+')
   local i = 1
   while words[i] do
@@ -132,6 +180,39 @@ end
 
 H.wrappers = { env = true, time = true, nice = true, npx = true, pnpm = true, yarn = true, exec = true, command = true }
 H.cache = {} ---@type table<string, string|false>
+H.DIR_MARK = 'agent-bash: errors of directory ' -- a line we add for the 'errorformat' %D item
+
+--- A leading `cd DIR &&` step: DIR (unquoted) and the rest of the command.
+---@return string? dir
+---@return string? rest
+function H.cd_step(command)
+  local d, rest = command:match('^%s*cd%s+(%b\'\')%s*&&(.*)$')
+  if not d then
+    d, rest = command:match('^%s*cd%s+(%b"")%s*&&(.*)$')
+  end
+  if not d then
+    d, rest = command:match('^%s*cd%s+([^%s;&|\'"]+)%s*&&(.*)$')
+  end
+  if not d then
+    return nil
+  end
+  return H.unquote(d), rest
+end
+
+function H.unquote(s)
+  return s:match("^'(.*)'$") or s:match('^"(.*)"$') or s
+end
+
+--- `d` against `base`: absolute and `~` paths as they are, others joined.
+function H.join(base, d)
+  if d:match('^~') then
+    return vim.fs.normalize(d)
+  end
+  if d:match('^/') then
+    return vim.fs.normalize(d)
+  end
+  return vim.fs.normalize(base .. '/' .. d)
+end
 
 --- The 'errorformat' a `:compiler {name}` sets, read in a scratch buffer (cached).
 ---@param name string

@@ -24,6 +24,7 @@ local log = require('agent_bash.log')
 ---@class agent_bash.RunSpec
 ---@field origin agent_bash.Origin
 ---@field command string
+---@field run_command? string what the shell runs, when it differs from the command shown (a filter's input redirection)
 ---@field cwd string sent to the backend
 ---@field local_cwd? boolean `cwd` is the editor's: a run the backend sends to a remote profile starts at `remote_cwd` instead
 ---@field remote_cwd? string the caller's own cwd, for a run that goes to a remote profile
@@ -62,6 +63,8 @@ function M.start(spec)
       timeout = spec.timeout,
       exclude = spec.exclude,
       profile = spec.profile,
+      -- where the command started on this machine (quickfix reads relative paths against it)
+      cwd = spec.local_cwd and not spec.profile and spec.cwd or nil,
       status = 'running',
       lines = {},
       hl = {},
@@ -79,7 +82,7 @@ function M.start(spec)
   local ok, err = require('agent_bash.backend').notify('run', {
     id = run.id,
     origin = spec.origin,
-    command = spec.command,
+    command = spec.run_command or spec.command,
     cwd = spec.cwd,
     local_cwd = spec.local_cwd,
     remote_cwd = spec.remote_cwd,
@@ -312,6 +315,46 @@ function M.on_backend_exit(code)
   end
 end
 
+--- Completion for the commands that take a run id: the ids of running runs and of runs on
+--- screen, each with its command (`12 make test`); only the id is read back.
+---@param lead string
+---@return string[]
+function M.complete(lead)
+  local runs, items = M, {}
+  local seen = {}
+  local function add(run)
+    if seen[run.id] then
+      return
+    end
+    seen[run.id] = true
+    local item = ('%d %s'):format(run.id, (run.state.command:match('^[^\n]*') or ''))
+    if lead == '' or item:find(lead, 1, true) == 1 or item:find(lead, 1, true) then
+      items[#items + 1] = item
+    end
+  end
+  local list = runs.running()
+  for i = #list, 1, -1 do
+    add(list[i])
+  end
+  local cards = require('agent_bash.float').cards()
+  for i = #cards, 1, -1 do
+    add(cards[i].run)
+  end
+  for _, term in pairs(require('agent_bash.terminal').terms()) do
+    if term.run and term.win then
+      add(term.run)
+    end
+  end
+  return items
+end
+
+--- The run id at the start of a command's argument (`12` or `12 make test`), nil when none.
+---@param args string
+---@return integer?
+function M.run_id(args)
+  return tonumber(args:match('^%s*(%d+)'))
+end
+
 -- Helpers -----------------------------------------------------------------------------------
 
 H.runs = {} ---@type table<integer, agent_bash.Run>
@@ -339,12 +382,32 @@ function H.finish(run, result)
   end
   require('agent_bash.quickfix').on_done(run)
   H.check_files(result)
-  local ms = require('agent_bash.config').options.card.auto_close
-  if ms and run.card and run.state.origin == 'tool' then
-    vim.defer_fn(function()
-      require('agent_bash.float').close(run.card, { if_unfocused = true })
-    end, ms)
+  if run.state.origin == 'bang' and run.card then
+    -- at most one finished bang card on screen: this one
+    require('agent_bash.float').close_finished({ bang = true, except = run.card })
   end
+  H.auto_close(run)
+end
+
+--- A finished tool-call card closes by itself after `card.auto_close` ms, unless the cursor
+--- is in it or it is expanded (then it is looked at again after the same delay).
+function H.auto_close(run)
+  local ms = require('agent_bash.config').options.card.auto_close
+  if not ms or run.state.origin ~= 'tool' or not run.card then
+    return
+  end
+  vim.defer_fn(function()
+    local card = run.card
+    local float = require('agent_bash.float')
+    if not card or card.closed then
+      return
+    end
+    if card.expanded or float.focused(card) then
+      H.auto_close(run)
+      return
+    end
+    float.close(card)
+  end, ms)
 end
 
 --- Like `:!`, a finished command has Neovim check the files its buffers show (`:checktime`):

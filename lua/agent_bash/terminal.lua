@@ -105,12 +105,24 @@ function M.close(term)
   end
 end
 
---- Moves into the newest running terminal (showing it again if its float was closed), in
---- terminal mode. Returns false when no terminal runs.
+--- Closes the floats of finished terminals (not the one the cursor is in): a new bang card
+--- replaces them, as it replaces finished cards, and `:AgentBashClose` closes them.
+function M.close_finished()
+  local current = vim.api.nvim_get_current_win()
+  for _, term in pairs(vim.tbl_extend('force', {}, H.terms)) do
+    if term.finished and term.win ~= current then
+      M.close(term)
+    end
+  end
+end
+
+--- Moves into a terminal (default: the newest running one), showing it again if its float was
+--- closed, in terminal mode while it runs. Returns false when there is none.
+---@param term? agent_bash.Term
 ---@return boolean
-function M.focus()
-  local term = H.newest_running()
-  if not term then
+function M.focus(term)
+  term = term or H.newest_running()
+  if not term or not vim.api.nvim_buf_is_valid(term.buf) then
     return false
   end
   if not (term.win and vim.api.nvim_win_is_valid(term.win)) then
@@ -120,7 +132,9 @@ function M.focus()
     term.prev_win = vim.api.nvim_get_current_win()
   end
   vim.api.nvim_set_current_win(term.win)
-  vim.cmd.startinsert()
+  if not term.finished then
+    vim.cmd.startinsert()
+  end
   return true
 end
 

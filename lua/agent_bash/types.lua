@@ -105,6 +105,7 @@
 ---@field full_lines? string[] the artifact's text, once loaded
 ---@field cancel_requested? boolean
 ---@field client? string the MCP client that made the call (mirrored calls, SPEC §11)
+---@field cwd? string where the command started on this machine (nil when elsewhere)
 ---@field profile? string the remote profile named at the start (the header's `host:` until the result says the host)
 ---@field started_at? integer vim.uv.now() when the run started (the title's elapsed time)
 ---@field waiting_input? boolean a PTY run's program waits for input (SPEC §8.4)
@@ -117,6 +118,8 @@
 ---@field icons? table<agent_bash.Status, string>
 ---@field collapsed_lines? integer
 ---@field bang_lines? integer
+---@field focused? boolean false: the cursor is not in the card (hints name commands, not its keys)
+---@field id? integer the run's id, named by those commands
 
 ---@class agent_bash.CardHl
 ---@field [1] integer row (0-based)

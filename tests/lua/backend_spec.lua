@@ -139,7 +139,7 @@ t.describe('tool_call', function()
     t.eq({ '$ echo hi', 'hi' }, lines(card.buf))
     t.eq('agent_bash_card', vim.bo[card.buf].filetype)
     t.eq('nofile', vim.bo[card.buf].buftype)
-    t.eq('wipe', vim.bo[card.buf].bufhidden)
+    t.eq('hide', vim.bo[card.buf].bufhidden) -- a hidden card keeps it; closing deletes it
     local marks = vim.api.nvim_buf_get_extmarks(card.buf, -1, { 1, 0 }, { 1, -1 }, { details = true })
     t.eq('AgentBashAnsi_f2', marks[1][4].hl_group)
     t.ok(vim.api.nvim_get_hl(0, { name = 'AgentBashAnsi_f2' }).fg)
@@ -227,8 +227,21 @@ t.describe('tool_call', function()
     t.eq(1, #got.done)
     t.ok(got.done[1].cancelled)
     t.eq(nil, got.done[1].exit_code) -- msgpack nil is nil, not vim.NIL
+    -- unfocused, the hints name what works from the buffer; inside the card, its keys
+    local id = newest().run.id
     local footer = vim.api.nvim_win_get_config(newest().win).footer
-    t.eq(' [Timeout: 30s] · y yank · <C-s> split · q close ', footer[1][1])
+    t.eq((' [Timeout: 30s] · :AgentBashFocus %d · :AgentBashClose %d '):format(id, id), footer[1][1])
+    vim.keymap.set('n', '<Space>f', '<Plug>(AgentBashFocus)')
+    float.refresh(newest())
+    footer = vim.api.nvim_win_get_config(newest().win).footer
+    t.eq((' [Timeout: 30s] · <Space>f focus · :AgentBashClose %d '):format(id), footer[1][1])
+    vim.keymap.del('n', '<Space>f')
+    vim.cmd('AgentBashFocus ' .. id)
+    t.eq(newest().win, vim.api.nvim_get_current_win())
+    t.wait(function()
+      return vim.api.nvim_win_get_config(newest().win).footer[1][1] == ' [Timeout: 30s] · y yank · <C-s> split · q close '
+    end, 1000, 'the focused footer')
+    vim.cmd('wincmd p')
   end)
 
   t.it('a truncated card loads the full artifact', function()
@@ -298,13 +311,16 @@ t.describe('bang commands', function()
     t.wait(function()
       return lines(card.buf)[2] == 'zzz'
     end)
-    t.eq({ '$ sleep', 'zzz', 'Running… (<Esc> to cancel)' }, lines(card.buf))
+    t.eq({ '$ sleep', 'zzz', ('Running… (:AgentBashCancel %d to cancel)'):format(card.run.id) }, lines(card.buf))
     notes = {}
     vim.cmd('AgentBash echo hi')
     t.eq({}, notes, 'a second command is not refused')
     t.eq(2, #float.cards())
     t.eq(before, vim.api.nvim_get_current_win())
     vim.api.nvim_set_current_win(card.win)
+    t.wait(function()
+      return lines(card.buf)[3] == 'Running… (<Esc> to cancel)'
+    end, 1000, 'the focused hint')
     press(card, '<Esc>')
     t.wait(function()
       return lines(card.buf)[3] == '(cancelled)'
@@ -390,7 +406,7 @@ t.describe('cards', function()
     end)
     local card = newest()
     t.eq(nil, vim.api.nvim_win_get_config(card.win).title)
-    t.eq({ ' ✗ $ fail · exit 1 · 3ms ', '$ fail', 'oops', ' [Timeout: 5s] · y yank · <C-s> split · q close ' }, lines(card.buf))
+    t.eq({ ' ✗ $ fail · exit 1 · 3ms ', '$ fail', 'oops', (' [Timeout: 5s] · :AgentBashFocus %d · :AgentBashClose %d '):format(card.run.id, card.run.id) }, lines(card.buf))
     t.eq(4, vim.api.nvim_win_get_config(card.win).height)
     ab.close_all()
     vim.o.winborder = ''

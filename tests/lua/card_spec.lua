@@ -77,9 +77,9 @@ t.describe('tool card', function()
     t.eq({ { ' <Esc> cancel · <Tab> expand · q close ', 'AgentBashFooter' } }, r.footer)
   end)
 
-  t.it('counts lines the backend no longer sends as earlier lines', function()
+  t.it('counts what <Tab> shows, then the lines the backend no longer sends', function()
     local r = render(tool({ lines = numbered(12, 989), total_lines = 1000 }))
-    t.eq('… (990 earlier lines, showing 10 of 1000) (<Tab> to expand)', r.lines[2])
+    t.eq('… (2 earlier lines, showing 10 of 12) (<Tab> to expand), 988 earlier lines not kept', r.lines[2])
     t.eq('line 1000', r.lines[12])
   end)
 
@@ -152,13 +152,13 @@ t.describe('tool card', function()
     local r = render(state)
     t.eq({
       '$ make test',
-      '… (97 earlier lines, showing 3 of 100) (<Tab> to expand)',
+      '… 97 earlier lines in artifact://7 (o: full output)',
       'line 98',
       'line 99',
       'line 100',
       '[Full output: artifact://7. Truncated: 3 lines shown (50.0KB limit)]',
     }, r.lines)
-    t.eq({ { ' <Tab> expand · o full output · y yank · <C-s> split · q close ', 'AgentBashFooter' } }, r.footer)
+    t.eq({ { ' o full output · y yank · <C-s> split · q close ', 'AgentBashFooter' } }, r.footer, '<Tab> would show nothing more')
     t.ok(r.can_load_full)
     t.eq({
       '$ make test',
@@ -305,8 +305,7 @@ t.describe('bang card', function()
     -- retained lines), and apart, what only the artifact holds (75 lines).
     local expected = {
       '$ ls -la',
-      '… 75 earlier lines in artifact://3 (o: full output)',
-      '… 5 more lines (<Tab> to expand)',
+      '… 5 more lines (<Tab> to expand), 75 earlier lines in artifact://3 (o: full output)',
     }
     vim.list_extend(expected, numbered(20, 81))
     vim.list_extend(expected, {

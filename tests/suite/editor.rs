@@ -290,7 +290,12 @@ async fn editor_hidden_lines_note_stands_above_and_counts_what_tab_shows() {
     let note = card.lines.iter().position(|l| l.contains("more lines (<Tab> to expand)")).unwrap();
     let first_output = card.lines.iter().position(|l| l == "199981").unwrap();
     assert!(note < first_output, "the note stands above the tail: {card:?}");
-    assert!(card.lines.iter().take(note).any(|l| l.contains("earlier lines in artifact://0")));
+    // One note: first what <Tab> shows, then the lines only the artifact holds.
+    assert!(
+        card.lines[note].contains(", 198000 earlier lines in artifact://0 (o: full output)"),
+        "{card:?}"
+    );
+    assert!(!card.lines.iter().any(|l| l.starts_with("… 198000")), "{card:?}");
     let hidden: usize =
         card.lines[note].trim_start_matches("… ").split(' ').next().unwrap().parse().unwrap();
     let shown = card.lines.iter().filter(|l| l.chars().all(|c| c.is_ascii_digit())).count();
@@ -567,7 +572,8 @@ async fn editor_screen_card_layout_in_a_real_terminal() {
         rows.iter().position(|r| r.trim_end().ends_with("│81") || r.contains("│81 ")).unwrap();
     let last = rows.iter().position(|r| r.contains("│100 ")).unwrap();
     assert!(title < note && note < first && first < last, "{text}");
-    assert!(rows[last + 1].contains("y yank · <C-s> split · q close ╯"), "{text}");
+    // Unfocused, the footer names what works from the buffer.
+    assert!(rows[last + 1].contains(":AgentBashFocus 1 · :AgentBashClose 1 ╯"), "{text}");
     assert!(
         rows[last + 1].trim_end().ends_with('╯') && rows[last + 1].chars().count() >= 99,
         "{text}"
@@ -694,4 +700,253 @@ async fn editor_settings_errors_are_shown_and_restart_reads_them_again() {
     ed.cmd("AgentBash echo mark:$AB_MARK").await;
     let card = ed.card_done().await;
     assert!(card.lines.iter().any(|l| l == "mark:two"), "{card:?}");
+}
+
+impl Editor {
+    /// Every float on screen that covers the cursor's cell (the cursor is in a normal window),
+    /// as `{win, row, col, height, width}` tables; and the cursor's cell.
+    async fn floats_over_cursor(&self) -> (Value, Value) {
+        let v = self
+            .lua(
+                "local pos = vim.fn.screenpos(0, vim.fn.line('.'), vim.fn.col('.'))
+                 local r, c = pos.row - 1, pos.col - 1
+                 local over = {}
+                 for _, w in ipairs(vim.api.nvim_list_wins()) do
+                   local cfg = vim.api.nvim_win_get_config(w)
+                   if cfg.relative ~= '' and not cfg.hide then
+                     local edge = cfg.focusable == false and 0 or 2 -- cards have a border
+                     local row, col = cfg.row, cfg.col
+                     if type(row) == 'table' then row, col = row[false], col[false] end
+                     if r >= row and r < row + cfg.height + edge and c >= col and c < col + cfg.width + edge then
+                       over[#over + 1] = {win = w, row = row, col = col, height = cfg.height, width = cfg.width}
+                     end
+                   end
+                 end
+                 return {over, {r, c}}",
+            )
+            .await;
+        let a = v.as_array().unwrap();
+        (a[0].clone(), a[1].clone())
+    }
+
+    /// Cards with a window on screen: (running, finished bang, finished tool).
+    async fn shown_cards(&self) -> (i64, i64, i64) {
+        let v = self
+            .lua(
+                "local run, bang, tool = 0, 0, 0
+                 for _, c in ipairs(require('agent_bash.float').cards()) do
+                   if c.win and vim.api.nvim_win_is_valid(c.win) then
+                     if not c.run.finished then run = run + 1
+                     elseif c.run.state.origin == 'bang' then bang = bang + 1
+                     else tool = tool + 1 end
+                   end
+                 end
+                 return {run, bang, tool}",
+            )
+            .await;
+        let a: Vec<i64> = v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+        (a[0], a[1], a[2])
+    }
+}
+
+#[tokio::test]
+async fn editor_cards_never_pile_up_or_cover_the_cursor() {
+    let ed = Editor::start_sized(false).await;
+    ed.cmd("set lines=24 columns=90").await;
+    ed.lua("require('agent_bash').setup({card = {auto_close = 300}})").await;
+    // A buffer whose lines reach the right edge; the cursor at the bottom right.
+    ed.lua(
+        "vim.api.nvim_buf_set_lines(0, 0, -1, false, vim.fn['repeat']({string.rep('x', 88)}, 200))",
+    )
+    .await;
+    ed.cmd("normal! G$").await;
+    // Quick commands one after another: one finished bang card at a time.
+    for i in 0..4 {
+        ed.cmd(&format!("AgentBash echo quick {i}")).await;
+        ed.card_done().await;
+        let (running, bang, _) = ed.shown_cards().await;
+        assert_eq!((running, bang), (0, 1), "after quick {i}");
+        let (over, cursor) = ed.floats_over_cursor().await;
+        assert_eq!(over, Value::Array(vec![]), "a card covers the cursor at {cursor:?}");
+    }
+    // Five long ones: three cards run on screen, one line counts the other two.
+    let mut ids = vec![];
+    for i in 1..=5 {
+        ed.cmd(&format!("AgentBash echo started {i}; sleep 30")).await;
+        ids.push(ed.lua("return require('agent_bash.runs').latest().id").await.as_i64().unwrap());
+        let (over, cursor) = ed.floats_over_cursor().await;
+        assert_eq!(over, Value::Array(vec![]), "a card covers the cursor at {cursor:?}");
+    }
+    let (running, bang, _) = ed.shown_cards().await;
+    assert_eq!(running, 3);
+    assert_eq!(bang, 0, "a new card replaced the finished one");
+    let more = ed.lua("return require('agent_bash.float').more_text()").await;
+    assert_eq!(
+        more.as_str(),
+        Some(format!(" 2 more running (:AgentBashFocus {}|{})", ids[1], ids[0]).as_str())
+    );
+    // The cursor moves under the stack: the stack moves off it.
+    ed.cmd("normal! gg$").await;
+    let (over, cursor) = ed.floats_over_cursor().await;
+    assert_eq!(over, Value::Array(vec![]), "a card covers the cursor at {cursor:?}");
+    ed.cmd("normal! G$").await;
+    // Every run is reachable: completion names them, Focus and Cancel take an id.
+    let items = ed.lua("return vim.fn.getcompletion('AgentBashCancel ', 'cmdline')").await;
+    let want = format!("{} echo started 1; sleep 30", ids[0]);
+    assert!(
+        items.as_array().unwrap().iter().any(|i| i.as_str() == Some(want.as_str())),
+        "{items:?}"
+    );
+    ed.cmd(&format!("AgentBashFocus {}", ids[0])).await;
+    let focused = ed
+        .lua(&format!(
+            "local c = require('agent_bash.float').find({}); return c.win == vim.api.nvim_get_current_win()",
+            ids[0]
+        ))
+        .await;
+    assert_eq!(focused, Value::Boolean(true));
+    // Inside, the card's own keys are named.
+    let card = ed.lua(&format!("local c = require('agent_bash.float').find({}); return vim.api.nvim_buf_get_lines(c.buf, 0, -1, false)", ids[0])).await;
+    assert!(
+        card.as_array().unwrap().iter().any(|l| l.as_str() == Some("Running… (<Esc> to cancel)")),
+        "{card:?}"
+    );
+    ed.cmd("wincmd p").await;
+    ed.cmd(&format!("AgentBashCancel {}", ids[0])).await;
+    ed.wait_lua(&format!("require('agent_bash.runs').finished({}) ~= nil", ids[0])).await;
+    assert_eq!(
+        ed.lua(&format!("return require('agent_bash.runs').finished({}).state.status", ids[0]))
+            .await
+            .as_str(),
+        Some("cancelled")
+    );
+    // Unfocused, a running card's hints name the commands that work from the buffer.
+    let id = ids[4];
+    let card = ed.lua(&format!("local c = require('agent_bash.float').find({id}); return vim.api.nvim_buf_get_lines(c.buf, 0, -1, false)")).await;
+    let want = format!("Running… (:AgentBashCancel {id} to cancel)");
+    assert!(card.as_array().unwrap().iter().any(|l| l.as_str() == Some(want.as_str())), "{card:?}");
+    for id in &ids[1..] {
+        ed.cmd(&format!("AgentBashCancel {id}")).await;
+    }
+    ed.wait_lua("#require('agent_bash.runs').running() == 0").await;
+    let (running, bang, _) = ed.shown_cards().await;
+    assert_eq!((running, bang), (0, 1));
+    // A finished tool-call card closes by itself.
+    ed.tool_call("t", "{command = 'echo tool'}").await;
+    ed.tool_result("t", "output").await;
+    ed.wait_lua("(function() for _, c in ipairs(require('agent_bash.float').cards()) do if c.run.state.origin == 'tool' then return false end end return true end)()").await;
+    // A finished terminal float closes when the next card opens, and with :AgentBashClose.
+    ed.attach_ui().await;
+    ed.cmd("AgentBashTerm echo in-terminal").await;
+    let term = "require('agent_bash.terminal').get(require('agent_bash.runs').finished().id)";
+    ed.wait_lua(&format!(
+        "require('agent_bash.runs').finished().pty and {term} and {term}.finished"
+    ))
+    .await;
+    assert_eq!(
+        ed.lua(&format!("return {term}.win ~= nil")).await,
+        Value::Boolean(true),
+        "the finished terminal is on screen"
+    );
+    ed.cmd("wincmd p").await;
+    ed.cmd("AgentBash echo after").await;
+    ed.card_done().await;
+    let shown = ed.lua("for _, t in pairs(require('agent_bash.terminal').terms()) do if t.win then return true end end return false").await;
+    assert_eq!(shown, Value::Boolean(false), "the finished terminal float is closed");
+    ed.cmd("AgentBashClose").await;
+    assert_eq!(ed.lua("return #require('agent_bash.float').cards()").await.as_i64(), Some(0));
+}
+
+#[tokio::test]
+async fn editor_bang_habits_autowrite_completion_and_range_filter() {
+    let ed = Editor::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("words.txt"), "pear\nfig\napple\n").unwrap();
+    ed.cmd(&format!("cd {}", dir.path().display())).await;
+    // 'autowrite': a modified buffer is written before the command runs, as for :!.
+    ed.cmd("edit words.txt").await;
+    ed.lua("vim.api.nvim_buf_set_lines(0, -1, -1, false, {'kiwi'})").await;
+    ed.cmd("set autowrite").await;
+    ed.cmd("AgentBash tail -1 %").await;
+    let card = ed.card_done().await;
+    assert!(card.lines.iter().any(|l| l == "kiwi"), "{card:?}");
+    assert_eq!(ed.lua("return vim.bo.modified").await, Value::Boolean(false));
+    // File names complete as for :!.
+    let items = ed.lua("return vim.fn.getcompletion('AgentBash cat wo', 'cmdline')").await;
+    assert!(items.as_array().unwrap().iter().any(|i| i.as_str() == Some("words.txt")), "{items:?}");
+    // :{range}AgentBash {filter} does what :{range}! does, in one undo step.
+    let lines = "{'delta', 'charlie', 'alpha', 'bravo', 'echo'}";
+    for (range, filter) in [("%", "sort"), ("2,4", "tr a-z A-Z | sort -r"), ("3", "rev")] {
+        ed.lua(&format!(
+            "vim.cmd('enew!'); vim.api.nvim_buf_set_lines(0, 0, -1, false, {lines}); vim.bo.modified = false"
+        ))
+        .await;
+        ed.cmd(&format!("{range}!{filter}")).await;
+        let want = ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)").await;
+        ed.lua(&format!(
+            "vim.cmd('enew!'); vim.api.nvim_buf_set_lines(0, 0, -1, false, {lines}); vim.bo.modified = false"
+        ))
+        .await;
+        let before = ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)").await;
+        ed.cmd(&format!("{range}AgentBash {filter}")).await;
+        ed.wait_lua(&format!(
+            "vim.deep_equal(vim.api.nvim_buf_get_lines(0, 0, -1, false), {})",
+            lua_list(&want)
+        ))
+        .await;
+        ed.cmd("undo").await;
+        assert_eq!(
+            ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)").await,
+            before,
+            "one undo step for {range}{filter}"
+        );
+    }
+    // A failing filter leaves the lines alone.
+    ed.cmd("AgentBash echo done").await;
+    ed.card_done().await;
+    ed.cmd("%AgentBash echo broken; exit 3").await;
+    ed.card_done().await;
+    assert_eq!(
+        ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)").await,
+        ed.lua(&format!("return {lines}")).await
+    );
+}
+
+/// A Lua list literal of the strings in `v` (an array Value).
+fn lua_list(v: &Value) -> String {
+    let items: Vec<String> =
+        v.as_array().unwrap().iter().map(|s| format!("{:?}", s.as_str().unwrap())).collect();
+    format!("{{{}}}", items.join(", "))
+}
+
+#[tokio::test]
+async fn editor_quickfix_follows_directories() {
+    let ed = Editor::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    bad_c(&sub);
+    std::fs::write(sub.join("Makefile"), "all:\n\tgcc -c bad.c -o /dev/null\n").unwrap();
+    ed.cmd(&format!("cd {}", dir.path().display())).await;
+    let want = sub.join("bad.c").to_string_lossy().into_owned();
+    for cmd in ["cd sub && gcc -c bad.c -o /dev/null", "make -C sub", "cd sub && make"] {
+        ed.lua("vim.fn.setqflist({}, 'r')").await;
+        ed.cmd(&format!("AgentBash {cmd}")).await;
+        ed.card_done().await;
+        let qf = ed
+            .wait_lua("(function() for _, e in ipairs(vim.fn.getqflist()) do if e.valid == 1 then return {vim.fn.fnamemodify(vim.fn.bufname(e.bufnr), ':p'), e.lnum} end end end)()")
+            .await;
+        let a = qf.as_array().unwrap();
+        assert_eq!(a[0].as_str(), Some(want.as_str()), "{cmd}: {qf:?}");
+        assert_eq!(a[1].as_i64(), Some(2), "{cmd}");
+        // Jumping to the entry opens the file that exists.
+        ed.lua("for i, e in ipairs(vim.fn.getqflist()) do if e.valid == 1 then vim.cmd('cc ' .. i) return end end").await;
+        assert_eq!(ed.lua("return vim.fn.expand('%:p')").await.as_str(), Some(want.as_str()));
+        assert_eq!(
+            ed.lua("return vim.fn.line('$') > 1").await,
+            Value::Boolean(true),
+            "{cmd}: the real file"
+        );
+        ed.cmd("enew").await;
+    }
 }
