@@ -354,7 +354,6 @@ async fn interrupt_leaves_no_process(agent: &str) {
 }
 
 #[tokio::test]
-#[ignore = "until issue 25 item 2: Claude Code names itself only in each request's _meta (its card says bash (MCP))"]
 async fn agents_claude_code_model_reads_our_text() {
     model_reads_our_text("claude").await;
 }
@@ -375,7 +374,6 @@ async fn agents_codex_interrupt_leaves_no_process() {
 }
 
 #[tokio::test]
-#[ignore = "until issue 25 item 3: Gemini CLI reads only listed resources"]
 async fn agents_gemini_cli_model_reads_our_text() {
     model_reads_our_text("gemini").await;
 }
