@@ -411,26 +411,6 @@ pub fn nonce() -> String {
     format!("{}-{:x}-{n}", std::process::id(), t & 0xffff_ffff_ffff)
 }
 
-/// 16 random hex digits from the kernel (`getrandom`): the per-command token a status line
-/// must carry (see the module docs).
-fn random_token() -> io::Result<String> {
-    let mut b = [0u8; 8];
-    let mut got = 0;
-    while got < b.len() {
-        // SAFETY: getrandom writes at most the given length into our buffer.
-        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        got += n as usize;
-    }
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
-}
-
 /// The status FIFO's read end, and what has been read from it that is no whole line yet.
 #[derive(Debug)]
 struct StatusFifo {
@@ -668,7 +648,7 @@ impl Shell {
         let (fifo, fd) = self.take_fifo(seq)?;
         let mut rx = Some(OutputEnd::Unwatched(fd));
         let quick_until = Instant::now() + QUICK;
-        let token = match random_token() {
+        let token = match super::random_hex::<8>() {
             Ok(t) => t,
             Err(e) => {
                 let _ = std::fs::remove_file(&fifo);

@@ -28,6 +28,26 @@ pub mod snapshot;
 
 pub use local::{quote, Ending, RunEnd, Shell, ShellConfig, ShellKind};
 
+/// `N` bytes from the kernel's random source (`getrandom`) as hex: the per-command status
+/// token of a local shell and the frame nonce of a remote one.
+pub fn random_hex<const N: usize>() -> std::io::Result<String> {
+    let mut b = [0u8; N];
+    let mut got = 0;
+    while got < N {
+        // SAFETY: getrandom writes at most the given length into the rest of our buffer.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), N - got, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += n as usize;
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
 /// Who asked for the command: an agent (full tool path) or the user (SPEC §8.2 bang semantics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Origin {

@@ -127,15 +127,11 @@ pub struct RemoteShell {
 
 /// A random 128-bit token as hex (the frame nonce, the environment mark).
 pub fn random_token() -> String {
-    let mut buf = [0u8; 16];
-    // SAFETY: getrandom writes at most buf.len() bytes into buf.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
-        // Never expected on Linux; the fallback is still unique, just not secret.
-        let fallback = super::local::nonce();
-        return fallback.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
-    }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    // A failing getrandom is never expected on Linux; the fallback is still unique, just not
+    // secret.
+    super::random_hex::<16>().unwrap_or_else(|_| {
+        super::local::nonce().chars().filter(|c| c.is_ascii_alphanumeric()).collect()
+    })
 }
 
 /// Quotes `s` as a bash `$'…'` word on one line (newlines and control bytes escaped).
