@@ -139,12 +139,18 @@ struct Server {
     list_changed: Arc<ListChanged>,
 }
 
-/// `notifications/resources/list_changed`, coalesced: [`ListChanged::touch`] marks the list
-/// changed; [`ListChanged::announce`] sends one notification for any number of marks, at most
-/// one per [`LIST_CHANGED_EVERY`] (the first at once).
+/// `notifications/resources/list_changed`, coalesced to at most one per [`LIST_CHANGED_EVERY`]:
+/// [`ListChanged::changed`] sends it at once, before the call that made the artifact answers,
+/// when none went out in the last window (a client that refreshes its list on the notification
+/// then knows the artifact before its model reads the result); otherwise [`ListChanged::announce`]
+/// sends one at the window's end for any number of changes.
 #[derive(Default)]
 struct ListChanged {
     notify: tokio::sync::Notify,
+    /// When the last notification went out.
+    last: Mutex<Option<Instant>>,
+    /// A change not yet announced (left for the window's end).
+    pending: std::sync::atomic::AtomicBool,
     /// The open `subscriptions/listen` streams that asked for the notification (newest
     /// revision), by a number of ours.
     streams: Mutex<std::collections::HashMap<u64, rmcp::service::SubscriptionSink>>,
@@ -152,29 +158,63 @@ struct ListChanged {
 }
 
 impl ListChanged {
-    fn touch(&self) {
-        self.notify.notify_one();
+    /// Marks the list changed: announces it now when the window allows, else at its end.
+    async fn changed(&self, peer: &rmcp::Peer<RoleServer>) {
+        let now = Instant::now();
+        let due = match self.last.lock() {
+            Ok(mut last) if last.is_none_or(|t| now - t >= LIST_CHANGED_EVERY) => {
+                *last = Some(now);
+                true
+            }
+            _ => false,
+        };
+        if due {
+            self.pending.store(false, Ordering::Relaxed);
+            self.send(peer).await;
+        } else {
+            self.pending.store(true, Ordering::Relaxed);
+            self.notify.notify_one();
+        }
     }
 
+    /// Sends what [`ListChanged::changed`] left for the end of a window.
     async fn announce(self: Arc<Self>, peer: rmcp::Peer<RoleServer>) {
         loop {
             self.notify.notified().await;
-            // An `initialize`d session takes notifications at any time; a session of the newest
-            // revision only on the streams it opened.
-            if peer.peer_info().is_some() && peer.notify_resource_list_changed().await.is_err() {
+            let last = self.last.lock().ok().and_then(|l| *l);
+            if let Some(t) = last {
+                tokio::time::sleep_until((t + LIST_CHANGED_EVERY).into()).await;
+            }
+            if !self.pending.swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            if let Ok(mut l) = self.last.lock() {
+                *l = Some(Instant::now());
+            }
+            if !self.send(&peer).await {
                 return;
             }
-            let streams: Vec<_> = match self.streams.lock() {
-                Ok(s) => s.values().cloned().collect(),
-                Err(_) => Vec::new(),
-            };
-            for sink in streams {
-                if let Err(e) = sink.notify_resource_list_changed().await {
-                    tracing::debug!("mcp: list_changed on a subscription: {e}");
-                }
-            }
-            tokio::time::sleep(LIST_CHANGED_EVERY).await;
         }
+    }
+
+    /// One notification to the session and to each stream that asked; false once the client
+    /// is gone.
+    async fn send(&self, peer: &rmcp::Peer<RoleServer>) -> bool {
+        // An `initialize`d session takes notifications at any time; a session of the newest
+        // revision only on the streams it opened.
+        if peer.peer_info().is_some() && peer.notify_resource_list_changed().await.is_err() {
+            return false;
+        }
+        let streams: Vec<_> = match self.streams.lock() {
+            Ok(s) => s.values().cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        for sink in streams {
+            if let Err(e) = sink.notify_resource_list_changed().await {
+                tracing::debug!("mcp: list_changed on a subscription: {e}");
+            }
+        }
+        true
     }
 }
 
@@ -242,6 +282,10 @@ impl ServerHandler for Server {
                 r
             })
             .collect();
+        tracing::debug!(
+            "mcp: resources/list answered: {}",
+            list.first().map_or("no artifact", |r| r.uri.as_str())
+        );
         list.push(
             Resource::new(CONTEXT_URI, "context")
                 .with_description("Commands the user ran in the mirrored editor, with their output")
@@ -426,7 +470,7 @@ impl Server {
             }
         };
         if result.artifact_id.is_some() {
-            self.list_changed.touch();
+            self.list_changed.changed(&context.peer).await;
         }
         if let Some(m) = mirror {
             let lines = if limited || result.normalized.as_ref().is_some_and(selects) {

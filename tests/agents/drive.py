@@ -44,6 +44,24 @@ class Model:
         self.lock = threading.Lock()
         self.calls_asked = 0
         self.errors = []
+        # The MCP server's log, for an agent that reads only resources it has listed.
+        self.server_log = None
+
+    def wait_listed(self, uri, within=20.0):
+        """Waits until the server has answered a `resources/list` naming `uri` first, as a real
+        model's seconds of thinking let the agent's refresh on `list_changed` finish; a scripted
+        model answers in a millisecond and would outrun it."""
+        line = f"mcp: resources/list answered: {uri}\n"
+        end = time.monotonic() + within
+        while time.monotonic() < end:
+            try:
+                with open(self.server_log) as f:
+                    if any(l.endswith(line) for l in f):
+                        return
+            except FileNotFoundError:
+                pass
+            time.sleep(0.02)
+        raise AssertionError(f"the agent never listed {uri} (server log {self.server_log})")
 
     def next_step(self, n_calls, results):
         """The step after `n_calls` tool calls whose results so far are `results` (texts)."""
@@ -53,6 +71,8 @@ class Model:
         if "read_artifact" in step:
             found = ARTIFACT.findall(results[-1] if results else "")
             assert found, f"no artifact:// in the last result: {results[-1:]!r}"
+            if self.server_log:
+                self.wait_listed(found[-1])
             return {"read": found[-1]}
         return {"bash": step["bash"]}
 
@@ -378,9 +398,19 @@ class Gemini:
     def run(spec, base, home):
         gdir = os.path.join(home, ".gemini")
         os.makedirs(gdir, exist_ok=True)
+        # Gemini CLI reads only resources it listed: the model waits for that (Model.wait_listed).
+        log = os.path.join(spec["work"], "mcp-server.log")
+        Handler.model.server_log = log
         args = ["mcp"] + (["--nvim", spec["nvim"]] if spec.get("nvim") else [])
         settings = {
-            "mcpServers": {"agent-bash": {"command": spec["agent_bash"], "args": args, "trust": True}},
+            "mcpServers": {
+                "agent-bash": {
+                    "command": spec["agent_bash"],
+                    "args": args,
+                    "trust": True,
+                    "env": {"AGENT_BASH_LOG": log, "AGENT_BASH_LOG_LEVEL": "info,agent_bash::mode::mcp=debug"},
+                }
+            },
             "security": {"auth": {"selectedType": "gemini-api-key"}},
         }
         with open(os.path.join(gdir, "settings.json"), "w") as f:
