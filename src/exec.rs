@@ -229,6 +229,7 @@ impl Runtime {
     /// The checks a command passes before it runs (SPEC §1–§3): `Err` for bad input, `Some` with
     /// the blocked result when interception stops it, `None` when it would run.
     pub fn precheck(&self, req: &Request) -> Result<Option<BashResult>> {
+        check_key(req)?;
         if req.origin == Origin::Tool {
             let norm = normalize::normalize(&req.command, req.head, req.tail);
             if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
@@ -265,6 +266,7 @@ impl Runtime {
         on_update: Option<UpdateFn>,
         hooks: pty::PtyHooks,
     ) -> Result<BashResult> {
+        check_key(&req)?;
         if let Some(profile) = self.remote_profile(&req)? {
             // Remote files are not this machine's: no local change receipt.
             return self.remote_path(req, profile, cancel, on_update).await;
@@ -866,6 +868,21 @@ impl shell::OutputSink for Feed {
 
 /// The result of a command interception stopped (SPEC §2): an error with the exact text and
 /// the structured block.
+/// The longest `session_key` accepted (SPEC §5: keys are bounded).
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// Refuses a session key longer than [`MAX_KEY_BYTES`]: every key names a session slot kept in
+/// memory, so an unbounded key would let requests grow the backend without limit.
+fn check_key(req: &Request) -> Result<()> {
+    match &req.session_key {
+        Some(k) if k.len() > MAX_KEY_BYTES => Err(Error::InvalidInput(format!(
+            "session_key is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
+            k.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// A fenced run says so, and its text ends with the sandbox note when a write was refused
 /// (SPEC §13).
 fn note_fence(r: &mut BashResult, fence: Option<&Fence>) {

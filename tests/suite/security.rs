@@ -80,3 +80,51 @@ async fn forged_status_lines_neither_end_the_call_nor_touch_the_next() {
     let r = call(&rt, dir.path(), "echo after", 10.0).await;
     assert_eq!((r.exit_code, r.text.trim()), (Some(0), "after"), "{r:?}");
 }
+
+/// What the fence cannot deny (chmod, chown, timestamps outside the workspace) is stated in the
+/// README's security model, as SPEC §13 asks when it is not denied by other means.
+#[test]
+fn readme_states_what_the_fence_does_not_cover() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme.split("## Security model").nth(1).expect("a Security model section");
+    let section = section.split("\n## ").next().unwrap();
+    for needed in
+        ["prompt injection", "not metadata", "chmod, chown", "timestamps", "are not denied"]
+    {
+        assert!(section.contains(needed), "the security model does not say {needed:?}");
+    }
+    // Each fixed attack names a test that exists.
+    let this =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/suite/security.rs"))
+            .unwrap();
+    for name in section.split('`').filter(|w| w.starts_with("security_")) {
+        let f = name.trim_start_matches("security_");
+        assert!(this.contains(&format!("fn {f}(")), "README names a missing test {name}");
+    }
+}
+
+/// 150 tool calls, each under its own 900 KiB `session_key`: refused with a clear error (keys
+/// are at most 256 bytes), and the backend stays within the README's 64 MiB (it grew to
+/// 154 MiB when every key stayed in memory). A 256-byte key still works.
+#[tokio::test]
+async fn huge_session_keys_are_refused_and_memory_stays_bounded() {
+    use super::support::{status_kib, Rpc};
+    use serde_json::json;
+    let mut rpc = Rpc::start().await;
+    let pid = rpc.pid();
+    for n in 0..150 {
+        let key = format!("{n:03}{}", "k".repeat(900 * 1024));
+        let id =
+            rpc.send(json!({"type": "tool_call", "command": "true", "session_key": key})).await;
+        let r = rpc.response(&id).await;
+        assert_eq!(r["success"], false, "key {n} accepted");
+        let err = r["error"].as_str().unwrap_or_default();
+        assert!(err.contains("session_key") && err.contains("256"), "{r}");
+    }
+    let d = rpc.tool(json!({"command": "echo ok", "session_key": "k".repeat(256)})).await;
+    assert_eq!(d["output"], "ok\n");
+    let hwm = status_kib(pid, "VmHWM");
+    assert!(hwm <= 64 * 1024, "peak RSS {hwm} KiB");
+    rpc.stop().await;
+}
