@@ -29,10 +29,22 @@ M.palette = {
 
 local PREFIX = 'AgentBashAnsi_'
 
+--- Grey (256-colour index) for the dim groups when their link has no cterm colour: Neovim's
+--- default scheme gives `Comment` a GUI colour only, so without 'termguicolors' a dimmed card
+--- would look like any other.
+M.cterm_grey = { AgentBashDim = 244, AgentBashMore = 244 }
+
 --- Defines the plugin's groups (idempotent) and installs the ColorScheme autocmd once.
 function M.setup()
   for name, link in pairs(M.groups) do
-    vim.api.nvim_set_hl(0, name, { link = link, default = true })
+    local target = M.cterm_grey[name] and vim.api.nvim_get_hl(0, { name = link, link = false })
+    if target and not target.ctermfg then
+      -- The link's own GUI look, and a cterm colour it lacks.
+      local attrs = vim.tbl_extend('force', target, { default = true, ctermfg = M.cterm_grey[name] })
+      vim.api.nvim_set_hl(0, name, attrs)
+    else
+      vim.api.nvim_set_hl(0, name, { link = link, default = true })
+    end
   end
   if H.augroup then
     return

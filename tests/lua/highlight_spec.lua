@@ -63,6 +63,24 @@ t.describe('groups', function()
     t.eq(tonumber('cd0000', 16), vim.api.nvim_get_hl(0, { name = 'AgentBashAnsi_f1' }).fg)
   end)
 
+  t.it('dim groups get a 256-colour grey when their link has no cterm colour', function()
+    hl.setup()
+    vim.cmd('colorscheme default') -- Neovim's default Comment: a GUI colour only
+    local comment = vim.api.nvim_get_hl(0, { name = 'Comment', link = false })
+    t.eq(nil, comment.ctermfg)
+    for _, name in ipairs({ 'AgentBashDim', 'AgentBashMore' }) do
+      local got = vim.api.nvim_get_hl(0, { name = name, link = false })
+      t.eq(244, got.ctermfg, name)
+      t.eq(comment.fg, got.fg, name)
+    end
+    -- A scheme whose Comment has a cterm colour keeps the plain link.
+    vim.cmd('hi clear AgentBashDim')
+    vim.api.nvim_set_hl(0, 'Comment', { fg = '#808080', ctermfg = 3 })
+    hl.setup()
+    t.eq({ link = 'Comment', default = true }, vim.api.nvim_get_hl(0, { name = 'AgentBashDim' }))
+    vim.cmd('colorscheme default')
+  end)
+
   t.it('every group is documented', function()
     local doc = table.concat(vim.fn.readfile(t.root .. '/doc/agent_bash.txt'), '\n')
     for name in pairs(hl.groups) do
