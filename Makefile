@@ -2,7 +2,7 @@
 .PHONY: build run test bench lint fmt fuzz
 
 build: ; cargo build --release
-run: build ; scripts/run.sh
+run: build ; scripts/run.sh $(ARGS)
 test: ; scripts/test.sh
 bench: build ; scripts/bench.sh
 fuzz: ; scripts/fuzz.sh

@@ -556,28 +556,8 @@ impl Receipts {
     /// Puts the files run `id` (default: the newest run with changes) changed back as they were
     /// before it, where they are still as it left them; else refuses and names the others.
     pub async fn undo(&self, id: Option<u64>) -> Result<UndoResult, UndoError> {
-        let rec = self.get(id)?;
-        if let Some(d) = rec
-            .deltas
-            .iter()
-            .find(|d| [d.before, d.after].iter().flatten().any(|e| e.mode == 0o160000))
-        {
-            return Err(UndoError::Failed(format!(
-                "Not undone: {} is a nested git repository, which undo does not restore",
-                String::from_utf8_lossy(&d.path)
-            )));
-        }
+        let (rec, held, now) = self.prepare_undo(id).await?;
         let project = rec.project.clone();
-        let (held, now) = self.snapshot(&project, false).await.map_err(UndoError::Failed)?;
-        let conflicts: Vec<String> = rec
-            .deltas
-            .iter()
-            .filter(|d| !same(now.get(&d.path), d.after.as_ref()))
-            .map(|d| String::from_utf8_lossy(&d.path).into_owned())
-            .collect();
-        if !conflicts.is_empty() {
-            return Err(UndoError::Conflict { id: rec.id, paths: conflicts });
-        }
         let (git, deltas) = (project.git.clone(), rec.deltas.clone());
         tokio::task::spawn_blocking(move || restore_all(&git, &deltas))
             .await
@@ -606,6 +586,42 @@ impl Receipts {
             changes_count: r.changes_count.unwrap_or(0),
             changes_unavailable: r.changes_unavailable,
         })
+    }
+
+    /// Whether run `id` can be undone now: `undo`'s refusal, if any, without touching a file
+    /// (the editor asks the user only about an undo that would happen).
+    pub async fn check_undo(&self, id: Option<u64>) -> Result<(), UndoError> {
+        self.prepare_undo(id).await.map(|_| ())
+    }
+
+    /// The run to undo, the project's lock and its current tree, or the refusal: a nested git
+    /// repository, or files changed since the run.
+    async fn prepare_undo(
+        &self,
+        id: Option<u64>,
+    ) -> Result<(Arc<Record>, Held, Arc<Tree>), UndoError> {
+        let rec = self.get(id)?;
+        if let Some(d) = rec
+            .deltas
+            .iter()
+            .find(|d| [d.before, d.after].iter().flatten().any(|e| e.mode == 0o160000))
+        {
+            return Err(UndoError::Failed(format!(
+                "Not undone: {} is a nested git repository, which undo does not restore",
+                String::from_utf8_lossy(&d.path)
+            )));
+        }
+        let (held, now) = self.snapshot(&rec.project, false).await.map_err(UndoError::Failed)?;
+        let conflicts: Vec<String> = rec
+            .deltas
+            .iter()
+            .filter(|d| !same(now.get(&d.path), d.after.as_ref()))
+            .map(|d| String::from_utf8_lossy(&d.path).into_owned())
+            .collect();
+        if !conflicts.is_empty() {
+            return Err(UndoError::Conflict { id: rec.id, paths: conflicts });
+        }
+        Ok((rec, held, now))
     }
 
     /// Takes the project's lock and a snapshot within the budget.

@@ -65,7 +65,9 @@ function M.read_cmd(ev)
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, ok and lines or {})
   H.options(buf)
   if not ok then
-    vim.notify(lines, vim.log.levels.ERROR)
+    -- One message line in the error colour: an error raised here would come with Neovim's
+    -- autocommand trace and a hit-enter prompt.
+    vim.api.nvim_echo({ { lines, 'ErrorMsg' } }, true, {})
     return
   end
   if first then

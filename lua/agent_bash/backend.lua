@@ -216,6 +216,57 @@ function M.root()
   return vim.fn.fnamemodify(src, ':p:h:h:h')
 end
 
+--- The one state directory (sessions, artifacts, change receipts, the registry of editors):
+--- `$XDG_STATE_HOME/agent-bash`, the directory `agent-bash mcp`/`rpc`/`exec` use too.
+---@return string
+function M.state_dir()
+  return vim.fn.fnamemodify(require('agent_bash.mirror').registry_dir(), ':h')
+end
+
+--- Where versions before 0.2 kept the editor's state (`stdpath('state')/agent_bash`).
+---@return string
+function M.old_state_dir()
+  return vim.fn.stdpath('state') .. '/agent_bash'
+end
+
+--- Moves what is in `old` into `new`, merging directories both have; an entry whose name is
+--- taken by a file in `new` stays in `old`. Empty directories left in `old` are removed.
+--- Returns the paths left behind (relative to `old`).
+---@param old string
+---@param new string
+---@return string[] left
+function M.migrate_state(old, new)
+  local left = {}
+  local function merge(from, to, rel)
+    if vim.fn.isdirectory(to) == 0 then
+      vim.fn.mkdir(to, 'p', tonumber('700', 8))
+    end
+    for name, kind in vim.fs.dir(from) do
+      local src, dst, r = from .. '/' .. name, to .. '/' .. name, rel .. name
+      local there = vim.uv.fs_lstat(dst)
+      if not there then
+        if not vim.uv.fs_rename(src, dst) then
+          left[#left + 1] = r
+        end
+      elseif kind == 'directory' and there.type == 'directory' then
+        merge(src, dst, r .. '/')
+      else
+        left[#left + 1] = r
+      end
+    end
+    vim.uv.fs_rmdir(from) -- only when empty
+  end
+  if vim.fn.isdirectory(old) == 1 then
+    merge(old, new, '')
+    if #left > 0 then
+      log.warn('state: left in %s (taken in %s): %s', old, new, table.concat(left, ', '))
+    else
+      log.info('state: moved %s into %s', old, new)
+    end
+  end
+  return left
+end
+
 --- The argv used to start the backend.
 ---@param bin string
 ---@return string[]
@@ -225,7 +276,7 @@ function M.argv(bin)
   if settings then
     vim.list_extend(argv, { '--config', vim.fn.expand(settings) })
   end
-  vim.list_extend(argv, { '--state-dir', vim.fn.stdpath('state') .. '/agent_bash' })
+  vim.list_extend(argv, { '--state-dir', M.state_dir() })
   vim.list_extend(argv, { '--session-id', M.session_id() })
   return argv
 end
@@ -325,6 +376,10 @@ function H.start()
     return nil, err
   end
   H.autocmds()
+  if not H.migrated then
+    H.migrated = true
+    M.migrate_state(M.old_state_dir(), M.state_dir())
+  end
   local argv = M.argv(bin)
   log.info('starting backend: %s', table.concat(argv, ' '))
   -- What the backend says on stderr before it dies (a settings file it refuses, a bad flag)

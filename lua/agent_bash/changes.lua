@@ -56,12 +56,17 @@ function M.format(c)
   return ('%s %s'):format(M.LETTER[c.kind] or '?', c.path)
 end
 
---- `:AgentBashUndo [id]`: lists the files and asks before putting them back.
+--- `:AgentBashUndo [id]`: lists the files and asks before putting them back; an undo that
+--- would be refused (files changed since the run) is refused before asking.
 ---@param arg string
 function M.undo_command(arg)
   local rec, err = H.record(arg)
   if not rec then
     return vim.notify('agent-bash: ' .. err, vim.log.levels.ERROR)
+  end
+  local ok, refusal = backend.request('undo_check', { id = rec.id })
+  if not ok then
+    return vim.notify('agent-bash: ' .. tostring(refusal), vim.log.levels.ERROR)
   end
   local lines = {}
   for i, c in ipairs(rec.changes) do
@@ -92,12 +97,20 @@ end
 --- Files shown in the confirmation before `… and N more`.
 M.CONFIRM_LINES = 30
 
---- `:AgentBashDiff [id]`: the run's changed files in a list; the chosen one opens a diff.
+--- `:AgentBashDiff [id]`: the run's changed files in a list; the chosen one opens a diff (a
+--- run that changed one file opens it at once).
 ---@param arg string
 function M.diff_command(arg)
   local rec, err = H.record(arg)
   if not rec then
     return vim.notify('agent-bash: ' .. err, vim.log.levels.ERROR)
+  end
+  if #rec.changes == 1 then
+    local ok, e = M.open_diff(rec, rec.changes[1])
+    if not ok then
+      vim.notify('agent-bash: ' .. e, vim.log.levels.ERROR)
+    end
+    return
   end
   vim.ui.select(rec.changes, {
     prompt = ('Files changed by run %d ($ %s)'):format(rec.id, H.first_line(rec.command)),

@@ -156,7 +156,7 @@ function M.yank(card, register)
   end
   register = (register == nil or register == '') and '"' or register
   vim.fn.setreg(register, lines, 'l')
-  vim.notify(('agent-bash: yanked %d lines'):format(#lines), vim.log.levels.INFO)
+  vim.notify(('agent-bash: yanked %d line%s'):format(#lines, #lines == 1 and '' or 's'), vim.log.levels.INFO)
 end
 
 --- Opens a card's output in a split of the window the card came from: `artifact://<id>` when

@@ -142,10 +142,11 @@ function H.mirror(health)
     health.info('none connected (an agent started in a :terminal here, or in this directory, connects on its first call)')
   end
   for _, s in ipairs(servers) do
-    health.ok(('MCP server pid %s for %s: %d calls, cwd %s, channel %d, since %s'):format(
+    health.ok(('MCP server pid %s for %s: %d call%s, cwd %s, channel %d, since %s'):format(
       tostring(s.pid),
       s.client or 'a client that has not called yet',
       s.calls,
+      s.calls == 1 and '' or 's',
       tostring(s.cwd),
       s.chan,
       os.date('%H:%M:%S', s.since)

@@ -377,7 +377,8 @@ function H.filtered(run, buf, first, last, tick, result)
   if run.card then
     require('agent_bash.float').close(run.card)
   end
-  vim.notify(('%d lines filtered'):format(last - first + 1), vim.log.levels.INFO)
+  local n = last - first + 1
+  vim.notify(('%d line%s filtered'):format(n, n == 1 and '' or 's'), vim.log.levels.INFO)
 end
 
 --- The run holds only part of its output and no artifact has the rest.

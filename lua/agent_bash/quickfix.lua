@@ -9,11 +9,12 @@ local H = {}
 
 --- Fills the quickfix list from run `id` (default: the newest finished run). With `opts.auto`
 --- (a run just failed) nothing changes unless errors were recognized. Returns the number of
---- recognized entries, or nil and a message.
+--- recognized entries (and, third, their summary: `1 error, 2 warnings`), or nil and a message.
 ---@param id? integer
 ---@param opts? {auto?: boolean}
 ---@return integer? count
 ---@return string? err
+---@return string? summary
 function M.fill(id, opts)
   opts = opts or {}
   local runs = require('agent_bash.runs')
@@ -42,18 +43,44 @@ function M.fill(id, opts)
   if dir and items[1] and items[1].valid == 0 and items[1].text == H.DIR_MARK .. dir then
     table.remove(items, 1) -- our directory line is not an entry
   end
+  local count, summary = M.summary(items)
+  if opts.auto and count == 0 then
+    return 0, nil, summary
+  end
+  local title = ('agent-bash: $ %s'):format(run.state.command:match('^[^\n]*'))
+  vim.fn.setqflist({}, ' ', { items = items, title = title })
+  return count, nil, summary
+end
+
+--- The recognized entries of a quickfix list counted by kind (pure): their number and
+--- `2 errors, 1 warning, 1 note` (an entry the format gives no type is what its text starts
+--- with, `note:` or `warning:`, else an error; zero kinds are left out; `no errors` when none).
+---@param items table[] quickfix items (`valid`, `type`)
+---@return integer count
+---@return string summary
+function M.summary(items)
+  local n = { error = 0, warning = 0, note = 0 }
   local count = 0
   for _, item in ipairs(items) do
     if item.valid == 1 then
       count = count + 1
+      local t = (item.type or ''):lower()
+      if t == '' then
+        -- Formats that leave the type out keep the compiler's word (gcc's `note: …`).
+        local word = (item.text or ''):match('^%s*(%a+):')
+        t = ({ note = 'n', help = 'n', info = 'i', warning = 'w', error = 'e' })[word and word:lower() or ''] or ''
+      end
+      local kind = (t == 'w' and 'warning') or ((t == 'n' or t == 'i') and 'note') or 'error'
+      n[kind] = n[kind] + 1
     end
   end
-  if opts.auto and count == 0 then
-    return 0
+  local parts = {}
+  for _, kind in ipairs({ 'error', 'warning', 'note' }) do
+    if n[kind] > 0 then
+      parts[#parts + 1] = ('%d %s%s'):format(n[kind], kind, n[kind] == 1 and '' or 's')
+    end
   end
-  local title = ('agent-bash: $ %s'):format(run.state.command:match('^[^\n]*'))
-  vim.fn.setqflist({}, ' ', { items = items, title = title })
-  return count
+  return count, #parts > 0 and table.concat(parts, ', ') or 'no errors'
 end
 
 --- `:AgentBashQuickfix [id]`.
@@ -67,12 +94,12 @@ function M.command(arg)
       return
     end
   end
-  local count, err = M.fill(id)
+  local count, err, summary = M.fill(id)
   if not count then
     vim.notify('agent-bash: ' .. err, vim.log.levels.ERROR)
     return
   end
-  vim.notify(('agent-bash: %d error%s in the quickfix list'):format(count, count == 1 and '' or 's'), vim.log.levels.INFO)
+  vim.notify(('agent-bash: %s in the quickfix list'):format(summary), vim.log.levels.INFO)
 end
 
 --- Called when a run ends: fills the list automatically after a non-zero exit (option
@@ -86,10 +113,10 @@ function M.on_done(run)
   if r.cancelled or r.exit_code == nil or r.exit_code == 0 then
     return
   end
-  local ok, count = pcall(M.fill, run.id, { auto = true })
+  local ok, count, _, summary = pcall(M.fill, run.id, { auto = true })
   if ok and count and count > 0 then
     require('agent_bash.log').say(
-      ('agent-bash: %d error%s in quickfix (:copen): %%s'):format(count, count == 1 and '' or 's'),
+      ('agent-bash: %s in quickfix (:copen): %%s'):format(summary),
       '$ ' .. run.state.command,
       vim.log.levels.INFO
     )

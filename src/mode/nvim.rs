@@ -185,8 +185,8 @@ impl Handler for Backend {
                     .map(|p| Value::from(p.to_string_lossy().as_ref()))
                     .map_err(|e| Value::from(e.to_string()))
             }
-            // SPEC §13: `undo {id?}`, `changes {id?}`, `changes_before {id, path}`.
-            "undo" | "changes" | "changes_before" => {
+            // SPEC §13: `undo {id?}`, `undo_check {id?}`, `changes {id?}`, `changes_before {id, path}`.
+            "undo" | "undo_check" | "changes" | "changes_before" => {
                 let id = match params.get("id") {
                     None | Some(serde_json::Value::Null) => None,
                     Some(v) => Some(v.as_u64().ok_or_else(|| {
@@ -200,6 +200,11 @@ impl Handler for Backend {
                         Ok(done) => Ok(json_to_msgpack(&done)),
                         // The refusal's text names the paths changed since.
                         Err((e, _)) => Err(Value::from(e)),
+                    },
+                    // nil when `undo` would happen now, else its refusal's text.
+                    "undo_check" => match self.rt.changes().check_undo(id).await {
+                        Ok(()) => Ok(Value::Nil),
+                        Err(e) => Err(Value::from(e.to_string())),
                     },
                     "changes" => super::changes_json(&self.rt, id)
                         .map(|v| json_to_msgpack(&v))

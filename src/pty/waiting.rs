@@ -1,12 +1,20 @@
 //! Is a PTY run's program waiting for the person at the keyboard? (SPEC §8.4)
 //!
 //! A program asking a question (`read`, a password or passphrase prompt, `git push` through
-//! ssh) sits in `read(2)` on its terminal while its output is quiet. Linux shows it in `/proc`:
-//! the terminal's foreground process group ([`libc::tcgetpgrp`] on the master) holds a process
-//! in state `S` whose `/proc/PID/syscall` is `read` on a file descriptor that is a terminal
-//! (`/dev/pts/N` or `/dev/tty`: ssh reads its passphrase from `/dev/tty`, not fd 0). Where
-//! `syscall` cannot be read (it needs ptrace access), the wait channel stands in: `n_tty_read`,
-//! or `wait_woken` with fd 0 on a terminal.
+//! ssh, a REPL's prompt, `input()`) sleeps in a call that waits for its terminal while its output
+//! is quiet. Linux shows it in `/proc`: the terminal's foreground process group
+//! ([`libc::tcgetpgrp`] on the master) holds a process in state `S` whose `/proc/PID/syscall` is
+//! * `read` on a file descriptor that is a terminal (`/dev/pts/N` or `/dev/tty`: ssh reads its
+//!   passphrase from `/dev/tty`, not fd 0);
+//! * `select`/`pselect6` whose read set holds a terminal (bash's readline, Python's REPL);
+//! * `poll`/`ppoll` with a terminal among the descriptors polled for input;
+//! * `epoll_wait`/`epoll_pwait`/`epoll_pwait2` on an epoll whose interest list
+//!   (`/proc/PID/fdinfo/EPFD`) holds a terminal for input (Node's REPL).
+//!
+//! The sets of `select` and `poll` are read from the process's memory (`/proc/PID/mem`, open
+//! to its ancestors as `syscall` is), so a server polling its sockets with a terminal as stdin
+//! is not taken for a prompt. Where `syscall` cannot be read (it needs ptrace access), the wait
+//! channel stands in: `n_tty_read`, or `wait_woken` with fd 0 on a terminal.
 //!
 //! Only the run's own process group is looked at, and only after [`QUIET`] without output, so a
 //! busy program costs nothing.
@@ -45,22 +53,115 @@ fn in_group(pid: i32, pgrp: i32) -> bool {
     stat_fields(pid).is_some_and(|f| f.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgrp))
 }
 
-/// Process `pid` sleeps in a read of a terminal.
+/// Process `pid` sleeps waiting for input from a terminal.
 fn reads_terminal(pid: i32) -> bool {
     if stat_fields(pid).and_then(|f| f.first().cloned()).as_deref() != Some("S") {
         return false;
     }
     if let Ok(sc) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) {
-        let mut it = sc.split_whitespace();
-        if let (Some(nr), Some(fd)) = (it.next(), it.next()) {
-            if let Ok(nr) = nr.parse::<i64>() {
-                let fd = i64::from_str_radix(fd.trim_start_matches("0x"), 16).unwrap_or(-1);
-                return nr == libc::SYS_read && fd_is_terminal(pid, fd);
-            }
+        if let Some((nr, args)) = parse_syscall(&sc) {
+            return waits_on_terminal(pid, nr, &args);
         }
     }
     let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
     (wchan == "n_tty_read" || wchan == "wait_woken") && fd_is_terminal(pid, 0)
+}
+
+/// `/proc/PID/syscall`: the number and the six arguments (`running` or `-1 …` give `None`).
+fn parse_syscall(text: &str) -> Option<(i64, [u64; 6])> {
+    let mut it = text.split_whitespace();
+    let nr = it.next()?.parse::<i64>().ok()?;
+    let mut args = [0u64; 6];
+    for a in &mut args {
+        *a = u64::from_str_radix(it.next()?.trim_start_matches("0x"), 16).ok()?;
+    }
+    Some((nr, args))
+}
+
+/// Largest descriptor set read from a process (`select`'s `nfds`, `poll`'s count).
+const MAX_FDS: u64 = 4096;
+
+/// Whether syscall `nr` with `args`, in which `pid` sleeps, waits for a terminal's input.
+fn waits_on_terminal(pid: i32, nr: i64, args: &[u64; 6]) -> bool {
+    let fd = |a: u64| a as i64;
+    if nr == libc::SYS_read {
+        return fd_is_terminal(pid, fd(args[0]));
+    }
+    if nr == libc::SYS_pselect6 || is_legacy(nr, Legacy::Select) {
+        let (nfds, readfds) = (args[0].min(MAX_FDS), args[1]);
+        let Some(set) = read_mem(pid, readfds, nfds.div_ceil(8) as usize) else { return false };
+        return (0..nfds as usize)
+            .filter(|i| set[i / 8] & (1 << (i % 8)) != 0)
+            .any(|i| fd_is_terminal(pid, i as i64));
+    }
+    if nr == libc::SYS_ppoll || is_legacy(nr, Legacy::Poll) {
+        let (fds, n) = (args[0], args[1].min(MAX_FDS) as usize);
+        // struct pollfd { int fd; short events; short revents; }
+        let Some(raw) = read_mem(pid, fds, n * 8) else { return false };
+        return raw.chunks_exact(8).any(|p| {
+            let fd = i32::from_ne_bytes([p[0], p[1], p[2], p[3]]);
+            let events = i16::from_ne_bytes([p[4], p[5]]);
+            events & (libc::POLLIN | libc::POLLPRI) != 0 && fd_is_terminal(pid, fd.into())
+        });
+    }
+    if nr == libc::SYS_epoll_pwait || nr == SYS_EPOLL_PWAIT2 || is_legacy(nr, Legacy::EpollWait) {
+        return epoll_watches_terminal(pid, fd(args[0]));
+    }
+    false
+}
+
+/// `epoll_pwait2` (Linux 5.11), the same number on every architecture.
+const SYS_EPOLL_PWAIT2: i64 = 441;
+
+/// The calls only some architectures have (x86_64 has them; aarch64 only the newer forms).
+enum Legacy {
+    Select,
+    Poll,
+    EpollWait,
+}
+
+#[cfg(target_arch = "x86_64")]
+fn is_legacy(nr: i64, which: Legacy) -> bool {
+    nr == match which {
+        Legacy::Select => libc::SYS_select,
+        Legacy::Poll => libc::SYS_poll,
+        Legacy::EpollWait => libc::SYS_epoll_wait,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn is_legacy(_nr: i64, _which: Legacy) -> bool {
+    false
+}
+
+/// `len` bytes of `pid`'s memory at `addr` (`None` when unreadable).
+fn read_mem(pid: i32, addr: u64, len: usize) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    if addr == 0 || len == 0 {
+        return None;
+    }
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut buf = vec![0u8; len];
+    mem.read_exact_at(&mut buf, addr).ok()?;
+    Some(buf)
+}
+
+/// Whether epoll descriptor `epfd` of `pid` watches a terminal for input: its fdinfo lists
+/// each target as `tfd: N events: HEX …`.
+fn epoll_watches_terminal(pid: i32, epfd: i64) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")) else {
+        return false;
+    };
+    info.lines().filter_map(|l| l.trim_start().strip_prefix("tfd:")).any(|rest| {
+        let mut it = rest.split_whitespace();
+        let tfd = it.next().and_then(|t| t.parse::<i64>().ok());
+        let events = match (it.next(), it.next()) {
+            (Some("events:"), Some(e)) => u32::from_str_radix(e, 16).unwrap_or(0),
+            _ => 0,
+        };
+        let input = (libc::EPOLLIN | libc::EPOLLPRI) as u32;
+        events & input != 0 && tfd.is_some_and(|t| fd_is_terminal(pid, t))
+    })
 }
 
 fn fd_is_terminal(pid: i32, fd: i64) -> bool {
@@ -77,27 +178,57 @@ fn fd_is_terminal(pid: i32, fd: i64) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn waiting_sees_a_read_on_a_terminal_and_not_a_sleep() {
+    /// Runs `argv` on a fresh terminal; whether its foreground group is seen waiting for input
+    /// (a waiter within 10 s; a non-waiter is watched for 1.5 s once it sleeps, as [`QUIET`]).
+    fn seen_waiting(argv: &[&str], want: bool) -> bool {
         use portable_pty::{CommandBuilder, PtySize};
         let size = PtySize { rows: 24, cols: 80, pixel_width: 0, pixel_height: 0 };
+        let pair = portable_pty::native_pty_system().openpty(size).unwrap();
+        let mut cmd = CommandBuilder::new(argv[0]);
+        cmd.args(&argv[1..]);
+        cmd.env("TERM", "xterm");
+        let mut child = pair.slave.spawn_command(cmd).unwrap();
+        // Keep the terminal drained so a prompt never blocks on a full buffer.
+        let mut reader = pair.master.try_clone_reader().unwrap();
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+        let limit = if want { Duration::from_secs(10) } else { Duration::from_millis(1500) };
+        let deadline = std::time::Instant::now() + limit;
+        let mut seen = false;
+        while std::time::Instant::now() < deadline && !seen {
+            let pgrp = pair.master.process_group_leader().unwrap_or(-1);
+            seen = group_reads_terminal(pgrp);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.kill().unwrap();
+        let _ = child.wait();
+        seen
+    }
+
+    #[test]
+    fn waiting_sees_a_read_on_a_terminal_and_not_a_sleep() {
         for (script, want) in [("read x", true), ("sleep 30", false)] {
-            let pair = portable_pty::native_pty_system().openpty(size).unwrap();
-            let mut cmd = CommandBuilder::new("bash");
-            cmd.args(["--norc", "-c", script]);
-            let mut child = pair.slave.spawn_command(cmd).unwrap();
-            // A reader is seen once bash reaches its read; a sleeper is never seen.
-            let limit = if want { Duration::from_secs(10) } else { Duration::from_millis(600) };
-            let deadline = std::time::Instant::now() + limit;
-            let mut seen = false;
-            while std::time::Instant::now() < deadline && !seen {
-                let pgrp = pair.master.process_group_leader().unwrap_or(-1);
-                seen = group_reads_terminal(pgrp);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            child.kill().unwrap();
-            let _ = child.wait();
-            assert_eq!(seen, want, "{script}");
+            assert_eq!(seen_waiting(&["bash", "--norc", "-c", script], want), want, "{script}");
+        }
+    }
+
+    /// Prompts that wait in select, poll or epoll (a REPL, interactive bash) are seen; the same
+    /// calls waiting on a pipe, with the terminal as stdin, are not.
+    #[test]
+    fn waiting_sees_select_poll_and_epoll_on_the_terminal_only() {
+        let py = |code: &'static str| vec!["python3", "-c", code];
+        let cases: Vec<(Vec<&str>, bool)> = vec![
+            (vec!["bash", "--norc", "--noprofile", "-i"], true),
+            (vec!["python3", "-q", "-i"], true),
+            (py("input()"), true),
+            (py("import select,sys; select.select([sys.stdin],[],[])"), true),
+            (py("import select; p=select.poll(); p.register(0, select.POLLIN); p.poll()"), true),
+            (py("import select; e=select.epoll(); e.register(0, select.EPOLLIN); e.poll()"), true),
+            (py("import os,select; r,w=os.pipe(); select.select([r],[],[])"), false),
+            (py("import os,select; r,w=os.pipe(); p=select.poll(); p.register(r, select.POLLIN); p.poll()"), false),
+            (py("import os,select; r,w=os.pipe(); e=select.epoll(); e.register(r, select.EPOLLIN); e.poll()"), false),
+        ];
+        for (argv, want) in cases {
+            assert_eq!(seen_waiting(&argv, want), want, "{argv:?}");
         }
     }
 }

@@ -364,7 +364,28 @@ async fn editor_errors_land_in_quickfix() {
     assert_eq!(qf.as_array().unwrap()[0].as_str(), Some("bad.c"));
     assert_eq!(qf.as_array().unwrap()[1].as_i64(), Some(2));
     let msgs = ed.messages().await;
-    assert!(msgs.contains(" in quickfix (:copen): $ gcc -c bad.c"), "{msgs}");
+    assert!(
+        msgs.contains("agent-bash: 1 error, 1 note in quickfix (:copen): $ gcc -c bad.c"),
+        "{msgs}"
+    );
+    // Errors, warnings and notes are counted apart (gcc leaves its notes untyped).
+    std::fs::write(
+        dir.path().join("warn.c"),
+        "int main(void) {\n  int x;\n  return undefined_name;\n}\n",
+    )
+    .unwrap();
+    ed.cmd("AgentBash gcc -Wall -c warn.c -o /dev/null").await;
+    ed.card_done().await;
+    ed.cmd("AgentBashQuickfix").await;
+    let msgs = ed.messages().await;
+    assert!(
+        msgs.contains("agent-bash: 1 error, 1 warning, 1 note in quickfix (:copen): $ gcc -Wall"),
+        "{msgs}"
+    );
+    assert!(
+        msgs.ends_with("agent-bash: 1 error, 1 warning, 1 note in the quickfix list"),
+        "{msgs}"
+    );
     // The user's own :compiler (a buffer-local 'errorformat') reads a program it knows.
     ed.cmd("enew | setlocal errorformat=XX%f@%l:%m").await;
     ed.lua("vim.fn.setqflist({}, 'r')").await;
@@ -436,6 +457,15 @@ async fn editor_waiting_for_input_is_marked_and_answered() {
     assert!(title.as_str().unwrap().contains("· waiting for input ·"), "{title:?}");
     ed.nvim.input("bob<CR>").await.unwrap();
     ed.wait_term("hello bob").await;
+    assert_eq!(ed.term_result("exit_code").await.as_i64(), Some(0));
+
+    // A REPL waits in select(2), not read(2): its prompt is seen too.
+    ed.cmd("AgentBashTerm python3 -q").await;
+    ed.wait_term(">>> ").await;
+    ed.wait_lua("require('agent_bash.runs').bang().state.waiting_input == true").await;
+    ed.nvim.input("print(6 * 7)<CR>").await.unwrap();
+    ed.wait_term("42").await;
+    ed.nvim.input("exit()<CR>").await.unwrap();
     assert_eq!(ed.term_result("exit_code").await.as_i64(), Some(0));
 
     // A tool call's program waiting: a notice, and the user takes over in its terminal.
@@ -949,4 +979,32 @@ async fn editor_quickfix_follows_directories() {
         );
         ed.cmd("enew").await;
     }
+}
+
+/// `make run ARGS=…` hands its arguments to Neovim, as `nvim ARGS` would take them: the line
+/// make runs (after the build) is read with `make -n`, then run as is with a headless probe
+/// appended.
+#[test]
+fn make_run_passes_args_to_neovim() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "one\ntwo\nthree\nfour\n").unwrap();
+    let args = format!("ARGS=--headless {} +3", notes.display());
+    let out =
+        std::process::Command::new("make").args(["-n", "run", &args]).current_dir(root).output();
+    let out = out.unwrap();
+    let plan = String::from_utf8(out.stdout).unwrap();
+    let line =
+        plan.lines().find(|l| l.starts_with("scripts/run.sh")).unwrap_or_else(|| panic!("{plan}"));
+    assert_eq!(line, format!("scripts/run.sh --headless {} +3", notes.display()));
+    let probe =
+        " '+lua io.stdout:write(vim.fn.expand(\"%:t\") .. \":\" .. vim.fn.line(\".\"))' +qa";
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{line}{probe}"))
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "notes.txt:3", "{out:?}");
 }

@@ -400,7 +400,7 @@ async fn mcp_mirror_shows_a_live_card_found_by_discovery_and_health_lists_the_se
         ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
     let health = health.as_str().unwrap().to_string();
     assert!(health.contains("MCP servers mirrored here"), "{health}");
-    assert!(health.contains("for test-agent: 1 calls"), "{health}");
+    assert!(health.contains("for test-agent: 1 call, cwd"), "{health}");
 
     std::fs::write(&gate, "").unwrap();
     let res = call.result().await;

@@ -334,9 +334,11 @@ async fn nvim_tool_call_timeout_truncation_and_toggle() {
 async fn nvim_artifact_buffers_and_errors() {
     let ed = Editor::start().await;
     // Before anything spilled, the session has no artifacts directory yet.
-    let _ = ed.nvim.command("edit artifact://1").await;
+    ed.cmd("edit artifact://1").await;
     let msgs = ed.messages().await;
     assert!(msgs.contains("No artifacts directory found"), "{msgs}");
+    // One clean line, no autocommand trace (which comes with a hit-enter prompt).
+    assert!(!msgs.contains("Error detected while processing"), "{msgs}");
     ed.tool_call("big", "{command = 'seq 1 30000'}").await;
     ed.tool_result("big", "artifact_id").await;
     ed.cmd("edit artifact://0").await;
@@ -351,9 +353,10 @@ async fn nvim_artifact_buffers_and_errors() {
         ("artifact://abc", "artifact:// ID must be numeric, got: abc"),
         ("artifact://7", "Artifact 7 not found. Available: 0"),
     ] {
-        let _ = ed.nvim.command(&format!("edit {url}")).await;
+        ed.cmd(&format!("edit {url}")).await;
         let msgs = ed.messages().await;
-        assert!(msgs.contains(msg), "{url}: {msgs}");
+        assert!(msgs.ends_with(msg), "{url}: {msgs}");
+        assert!(!msgs.contains("Error detected while processing"), "{msgs}");
     }
 }
 
@@ -760,13 +763,35 @@ async fn nvim_undo_and_diff_commands() {
     assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "two\n");
     assert!(p.join("new.txt").exists() && !p.join("gone.txt").exists());
     std::fs::write(p.join("new.txt"), "mine\n").unwrap();
+    ed.lua("_G.asked = nil").await;
     ed.cmd("AgentBashUndo").await;
     let last = ed.lua("return _G.notes[#_G.notes].msg .. ' / ' .. _G.notes[#_G.notes].level").await;
     assert_eq!(
         last.as_str().unwrap(),
         format!("agent-bash: Not undone: this file changed since run {}: new.txt / 4", redo + 1)
     );
+    assert_eq!(ed.lua("return _G.asked == nil").await, Value::from(true), "asked, then refused");
     assert_eq!(std::fs::read_to_string(p.join("new.txt")).unwrap(), "mine\n");
+
+    // A run that changed one file: the diff opens at once, no list to pick from.
+    ed.tool_call("u", "{command = 'echo three > a.txt'}").await;
+    ed.wait_lua("_G.results.u").await;
+    ed.lua("_G.picked = nil").await;
+    ed.cmd("AgentBashDiff").await;
+    assert_eq!(ed.lua("return _G.picked == nil").await, Value::from(true), "a list for one file");
+    let wins = ed
+        .lua(
+            "local out = {}
+             for _, w in ipairs(vim.api.nvim_tabpage_list_wins(0)) do
+               local b = vim.api.nvim_win_get_buf(w)
+               table.insert(out, table.concat(vim.api.nvim_buf_get_lines(b, 0, -1, false), '|'))
+             end
+             table.sort(out)
+             return table.concat(out, ' / ')",
+        )
+        .await;
+    assert_eq!(wins.as_str().unwrap(), "three / two");
+    ed.cmd("tabclose").await;
     ed.cmd("AgentBashUndo x").await;
     let last = ed.lua("return _G.notes[#_G.notes].msg").await;
     assert!(last.as_str().unwrap().contains("expected a changes id"), "{last}");
