@@ -85,6 +85,10 @@ command('AgentBashClose', with_id(function(id)
   api().close(id)
 end), { nargs = '*', complete = complete_runs, desc = "agent-bash: close run [id]'s card or terminal (default: every card and terminal float)" })
 
+command('AgentBashBuild', function()
+  require('agent_bash.build').command()
+end, { nargs = 0, desc = 'agent-bash: build the backend (cargo build --release in the plugin directory) in a terminal float, then run the command that found no binary' })
+
 local plug = function(name, rhs, desc)
   vim.keymap.set('n', '<Plug>(' .. name .. ')', rhs, { silent = true, desc = 'agent-bash: ' .. desc })
 end

@@ -203,10 +203,8 @@ function M.bin()
   if vim.fn.executable('agent-bash') == 1 then
     return vim.fn.exepath('agent-bash')
   end
-  return nil,
-    ('agent-bash binary not found (looked at %s and $PATH); build it with `cargo build --release` or set `bin`'):format(
-      local_build
-    )
+  -- How to build it depends on how the plugin was installed (lua/agent_bash/build.lua).
+  return nil, require('agent_bash.build').missing(local_build)
 end
 
 --- The plugin's root: the directory holding lua/agent_bash.

@@ -32,10 +32,14 @@ function M.check()
   health.start('agent-bash: backend')
   local bin, berr = backend.bin()
   if not bin then
-    health.error(berr or 'backend binary not found', {
-      'build it: cargo build --release (in ' .. backend.root() .. ')',
-      "or set the path: require('agent_bash').setup({ bin = '/path/to/agent-bash' })",
-    })
+    if require('agent_bash.config').options.bin then
+      health.error(berr or 'backend binary not found', { "set the path: require('agent_bash').setup({ bin = '/path/to/agent-bash' })" })
+    else
+      -- How to build it for the way the plugin was installed (lua/agent_bash/build.lua).
+      local advice = require('agent_bash.build').advice()
+      table.insert(advice, "or set the path: require('agent_bash').setup({ bin = '/path/to/agent-bash' })")
+      health.error(('agent-bash binary not found (looked at %s/target/release/agent-bash and $PATH)'):format(backend.root()), advice)
+    end
   else
     health.ok('binary: ' .. bin)
     local out = vim.fn.system({ bin, '--version' })

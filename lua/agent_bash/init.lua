@@ -59,6 +59,12 @@ function M.run(cmd, opts)
     pty = opts.pty and true or nil,
     enter = require('agent_bash.config').options.card.enter,
   })
+  if run.finished and not require('agent_bash.backend').bin() then
+    -- No binary yet: the card and message say how to build it; :AgentBashBuild then runs this.
+    require('agent_bash.build').wait(function()
+      M.run(cmd, opts)
+    end)
+  end
   return run.id
 end
 

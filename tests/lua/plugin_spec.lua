@@ -23,7 +23,7 @@ t.describe('startup', function()
   end)
 
   t.it('defines the commands and <Plug> mappings, no global keys', function()
-    for _, cmd in ipairs({ 'AgentBash', 'AgentBashTerm', 'AgentBashHistory', 'AgentBashCancel', 'AgentBashFocus', 'AgentBashToggle', 'AgentBashClose' }) do
+    for _, cmd in ipairs({ 'AgentBash', 'AgentBashTerm', 'AgentBashHistory', 'AgentBashCancel', 'AgentBashFocus', 'AgentBashToggle', 'AgentBashClose', 'AgentBashBuild' }) do
       t.eq(2, vim.fn.exists(':' .. cmd), cmd)
     end
     t.eq(true, vim.api.nvim_get_commands({})['AgentBash'].bang)

@@ -656,7 +656,7 @@ async fn mcp_mirror_server_with_a_minimal_environment_finds_an_editor_with_its_o
 
 /// The tarballs of mcphub.nvim and plenary.nvim (test data beside the repository:
 /// `../shared/clients/`, or `$AGENT_BASH_CLIENTS`).
-fn clients_dir() -> PathBuf {
+pub(super) fn clients_dir() -> PathBuf {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let candidates = [
         std::env::var_os("AGENT_BASH_CLIENTS").map(PathBuf::from),

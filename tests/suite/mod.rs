@@ -8,6 +8,7 @@ mod exec;
 mod explain;
 mod faults;
 mod fence;
+mod install;
 mod load;
 mod mcp;
 mod nvim;

@@ -64,6 +64,27 @@ impl Editor {
         ed
     }
 
+    /// An editor started as a user's is: `nvim -u INIT` (no `--clean`, no `bin` option: the
+    /// plugin is wherever INIT puts it), XDG directories under `home`, in `home`. Returns once
+    /// start-up, INIT included, is done.
+    pub async fn start_user(home: tempfile::TempDir, init: &Path) -> Editor {
+        let mut cmd = tokio::process::Command::new(nvim_bin());
+        cmd.args(["--embed", "--headless", "-n", "-i", "NONE", "-u"])
+            .arg(init)
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .env("XDG_DATA_HOME", home.path().join("data"))
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_CACHE_HOME", home.path().join("cache"))
+            .current_dir(home.path())
+            // lazy.nvim writes its progress on stderr when headless
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let (nvim, _io, child) = new_child_cmd(&mut cmd, Dummy::new()).await.unwrap();
+        let ed = Editor { nvim, _child: child, _home: home };
+        ed.wait_lua("vim.v.vim_did_enter == 1").await;
+        ed
+    }
+
     pub async fn cmd(&self, c: &str) {
         self.nvim.command(c).await.unwrap_or_else(|e| panic!("{c}: {e}"));
     }
