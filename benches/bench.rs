@@ -398,7 +398,13 @@ fn bench_fence(runs: usize) {
     println!("| what | fenced | unfenced | fenced − unfenced | goal |");
     println!("|---|---|---|---|---|");
     let mut plain = RpcProc::start();
-    let mut fenced = RpcProc::start_with("sandbox = \"workspace-write\"\n");
+    // The shells' temp dir is their own: a fence that granted the `/tmp` holding the state
+    // directory would be refused (SPEC §13).
+    let tmp = tempfile::tempdir().unwrap();
+    let mut fenced = RpcProc::start_with(&format!(
+        "sandbox = \"workspace-write\"\n[env]\nTMPDIR = {:?}\n",
+        tmp.path().to_str().unwrap()
+    ));
     for (name, key) in [("`true` in a live session", false), ("`true` in a new session", true)] {
         let (mut on, mut off) = (Vec::new(), Vec::new());
         plain.round_trip("w", "true");

@@ -195,10 +195,12 @@ pub enum Begin {
 pub enum UndoError {
     /// Nothing to undo (no such id, or no run with changes yet).
     NotFound(String),
-    /// Files the run changed were changed again since: nothing was touched.
+    /// Files the run changed were changed again since, or a symbolic link (or a file) now
+    /// stands where the run left a folder (`links`, also in `paths`): nothing was touched.
     Conflict {
         id: u64,
         paths: Vec<String>,
+        links: Vec<String>,
     },
     Failed(String),
 }
@@ -207,7 +209,21 @@ impl std::fmt::Display for UndoError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             UndoError::NotFound(m) | UndoError::Failed(m) => f.write_str(m),
-            UndoError::Conflict { id, paths } => write!(
+            UndoError::Conflict { id, paths, links } if !links.is_empty() => {
+                write!(
+                    f,
+                    "Not undone: {} {} now a symbolic link (or a file) where run {id} left a folder, and undo never writes through one",
+                    links.join(", "),
+                    if links.len() == 1 { "is" } else { "are" },
+                )?;
+                let others: Vec<&str> =
+                    paths.iter().filter(|p| !links.contains(p)).map(String::as_str).collect();
+                match others.is_empty() {
+                    true => Ok(()),
+                    false => write!(f, "; changed since: {}", others.join(", ")),
+                }
+            }
+            UndoError::Conflict { id, paths, .. } => write!(
                 f,
                 "Not undone: {} changed since run {id}: {}",
                 if paths.len() == 1 { "this file" } else { "these files" },
@@ -374,11 +390,18 @@ pub struct Receipts {
 
 impl Receipts {
     /// `state_root` is agent-bash's state directory (stores go to `<state_root>/changes`);
-    /// `session_dir` this runtime's artifacts directory.
-    pub fn new(settings: ChangesSettings, state_root: PathBuf, session_dir: PathBuf) -> Receipts {
+    /// `session_dir` this runtime's artifacts directory; `runtime_dir` its runtime directory.
+    pub fn new(
+        settings: ChangesSettings,
+        state_root: PathBuf,
+        session_dir: PathBuf,
+        runtime_dir: PathBuf,
+    ) -> Receipts {
+        let mut own = own_dirs(state_root.clone(), session_dir);
+        own.push(runtime_dir);
         Receipts {
             base: state_root.join("changes"),
-            own_dirs: own_dirs(state_root, session_dir),
+            own_dirs: own,
             settings,
             projects: Mutex::new(HashMap::new()),
             records: Mutex::new(BTreeMap::new()),
@@ -433,6 +456,14 @@ impl Receipts {
             let ours = own.into_iter().map(|d| d.canonicalize().unwrap_or(d));
             if ours.into_iter().any(|d| root.0.starts_with(&d)) {
                 return Err("the working directory is inside agent-bash's own state directory");
+            }
+            // SPEC §13: a snapshot of the whole file system or home directory is no receipt.
+            if root.0.parent().is_none() {
+                return Err("the project would be / (the whole file system): no receipt is kept");
+            }
+            let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+            if home.is_some_and(|h| h.canonicalize().unwrap_or(h) == root.0) {
+                return Err("the project would be the home directory itself: no receipt is kept");
             }
             Ok(root)
         })
@@ -595,7 +626,7 @@ impl Receipts {
     }
 
     /// The run to undo, the project's lock and its current tree, or the refusal: a nested git
-    /// repository, or files changed since the run.
+    /// repository, files changed since the run, or a link where the run left a folder.
     async fn prepare_undo(
         &self,
         id: Option<u64>,
@@ -619,7 +650,17 @@ impl Receipts {
             .map(|d| String::from_utf8_lossy(&d.path).into_owned())
             .collect();
         if !conflicts.is_empty() {
-            return Err(UndoError::Conflict { id: rec.id, paths: conflicts });
+            return Err(UndoError::Conflict { id: rec.id, paths: conflicts, links: Vec::new() });
+        }
+        // Every path is reached beneath the root without following links (SPEC §13): a link
+        // where the run left a folder refuses the whole undo before anything is written.
+        let (root, deltas) = (rec.project.git.root.clone(), rec.deltas.clone());
+        let blocked = tokio::task::spawn_blocking(move || links_in_the_way(&root, &deltas))
+            .await
+            .map_err(|e| UndoError::Failed(e.to_string()))?
+            .map_err(UndoError::Failed)?;
+        if !blocked.is_empty() {
+            return Err(UndoError::Conflict { id: rec.id, paths: blocked.clone(), links: blocked });
         }
         Ok((rec, held, now))
     }
@@ -828,7 +869,8 @@ impl Receipts {
     }
 }
 
-/// Our directories: the state root and the session directory, and, when the state root is the
+/// Our directories: the state root and the session directory (the runtime directory is added
+/// by [`Receipts::new`]), and, when the state root is the
 /// editor's (`stdpath('state')/agent_bash`, the plugin's layout), the editor's state directory,
 /// which holds its log and the plugin's.
 fn own_dirs(state_root: PathBuf, session_dir: PathBuf) -> Vec<PathBuf> {
@@ -853,18 +895,41 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-/// Writes every path of `deltas` back to its `before` state (blocking).
+/// The parts of `deltas`' paths that are symbolic links (or files) where a folder belongs,
+/// each named once (blocking).
+fn links_in_the_way(root: &Path, deltas: &[Delta]) -> Result<Vec<String>, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let beneath = store::Beneath::open(root)?;
+    let mut blocked = Vec::new();
+    for d in deltas {
+        match beneath.check(Path::new(std::ffi::OsStr::from_bytes(&d.path))) {
+            Ok(()) => {}
+            Err(store::Reach::Blocked(p)) => {
+                let p = p.to_string_lossy().into_owned();
+                if !blocked.contains(&p) {
+                    blocked.push(p);
+                }
+            }
+            Err(store::Reach::Failed(e)) => return Err(e),
+        }
+    }
+    Ok(blocked)
+}
+
+/// Writes every path of `deltas` back to its `before` state (blocking), each reached beneath
+/// the root without following links.
 fn restore_all(git: &Git, deltas: &[Delta]) -> Result<(), String> {
     use std::os::unix::ffi::OsStrExt;
     let wanted: Vec<String> = deltas.iter().filter_map(|d| d.before.map(|e| e.oid_hex())).collect();
     let mut contents = store::blobs(git, &wanted)?.into_iter();
+    let beneath = store::Beneath::open(&git.root)?;
     for d in deltas {
         let path = Path::new(std::ffi::OsStr::from_bytes(&d.path));
         match &d.before {
-            None => store::restore(&git.root, path, None)?,
+            None => beneath.restore(path, None)?,
             Some(entry) => {
                 let content = contents.next().ok_or("missing saved content")?;
-                store::restore(&git.root, path, Some((entry, &content)))?;
+                beneath.restore(path, Some((entry, &content)))?;
             }
         }
     }

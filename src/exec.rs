@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::artifacts::ArtifactStore;
 use crate::display::{self, Display, StyledLine};
-use crate::fence::Fence;
+use crate::fence::{Fence, SandboxMode};
 use crate::intercept::Interceptor;
 use crate::normalize::{self, Normalized};
 use crate::pty;
@@ -30,6 +30,8 @@ pub use crate::shell::Origin;
 use crate::shell::{procs, snapshot};
 pub use settings::Settings;
 
+/// How many freed keys remember that their shell was lost (bounded memory, SPEC §5).
+const LOST_KEPT: usize = 256;
 /// How often idle shell sessions are looked for.
 const EVICT_EVERY: Duration = Duration::from_secs(30);
 
@@ -117,6 +119,8 @@ pub struct Runtime {
     base_dir: PathBuf,
     snapshots: Arc<snapshot::Snapshots>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// Keys whose freed slot had lost its shell: their next call says `shell_restarted`.
+    lost_keys: Mutex<std::collections::VecDeque<String>>,
     /// One permit per live shell session (`limits.max_sessions`): a shell starts only with one.
     capacity: Arc<tokio::sync::Semaphore>,
     /// Woken whenever a run lets go of its session, so a run waiting for capacity can close
@@ -133,6 +137,12 @@ pub struct Runtime {
     remote: remote_path::Pool,
     /// Change receipts and undo (SPEC §13).
     changes: Arc<crate::changes::Receipts>,
+    /// The fence's root (SPEC §13: `sandbox_root`, else the start directory's project).
+    fence_root: PathBuf,
+    /// What every fence may write besides the root: the shells' temp dir, `sandbox_writable`.
+    fence_extra: Vec<PathBuf>,
+    /// Why a `workspace-write` (first) or `read-only` (second) fence cannot hold here.
+    fence_refusal: [Option<String>; 2],
     _runtime_dir: crate::shell::rundir::RunDir,
 }
 
@@ -148,14 +158,54 @@ impl Runtime {
     pub fn new(settings: Settings, session_dir: PathBuf, base_dir: PathBuf) -> Result<Runtime> {
         let shell = settings.resolve_shell();
         let prefix = settings.resolve_prefix()?;
-        let base = shell::runtime_base();
-        let runtime_dir = crate::shell::rundir::RunDir::create(&base)?;
-        runtime_dir.sweep_in_background(base);
         let bang_env = bang_env(&settings, &shell);
-        let env = command_env(&settings, &shell)
+        let env: Vec<(OsString, OsString)> = command_env(&settings, &shell)
             .into_iter()
             .filter(|(k, _)| !EDITOR_HANDLES.iter().any(|h| k == h))
             .collect();
+        let state_root = settings.state_dir.clone().unwrap_or_else(crate::artifacts::state_root);
+        // SPEC §13: private by default; what older versions left wider is tightened once.
+        if let Err(e) = crate::shell::rundir::make_private(&state_root) {
+            tracing::warn!("state directory {}: {e}", state_root.display());
+        }
+        // SPEC §13: the fence's root is the user's (the setting, else the start directory's
+        // project), never a request's; its widest form decides where our own files may live.
+        let fence_root = settings.sandbox_root_path().unwrap_or_else(|| {
+            crate::fence::project_root(
+                &base_dir.canonicalize().unwrap_or_else(|_| base_dir.clone()),
+            )
+        });
+        let fence_extra = fence_extra(&settings, &env);
+        let widest = settings
+            .fences_any()
+            .then(|| Fence::new(SandboxMode::WorkspaceWrite, &fence_root, &fence_extra, true))
+            .flatten();
+        let base = match &widest {
+            // Out of the fence's reach: the first usable place no fenced shell may write, else
+            // a directory of the state directory (on disk: slower, but not writable by them).
+            Some(f) => shell::runtime_bases()
+                .into_iter()
+                .find(|b| f.exposes(std::slice::from_ref(b)).is_none())
+                .unwrap_or_else(|| private_state_dir(&state_root)),
+            None => shell::runtime_base(),
+        };
+        let runtime_dir = crate::shell::rundir::RunDir::create(&base)?;
+        runtime_dir.sweep_in_background(base);
+        // What a fenced shell must not be able to write; a fence that would is refused.
+        let own = [runtime_dir.path().to_path_buf(), state_root.clone(), session_dir.clone()];
+        let refusal = |mode| {
+            let f = Fence::new(mode, &fence_root, &fence_extra, true)?;
+            let (p, w) = f.exposes(&own)?;
+            Some(format!(
+                "the fence would let commands write agent-bash's own files ({} lies in the writable {}); set `sandbox_root` (or `sandbox_writable`, `state_dir`) so that they do not overlap; the command was not run",
+                p.display(),
+                w.display()
+            ))
+        };
+        let fence_refusal = [
+            refusal(SandboxMode::WorkspaceWrite).filter(|_| settings.fences_any()),
+            refusal(SandboxMode::ReadOnly).filter(|_| settings.fences_any()),
+        ];
         let owner = shell::nonce();
         let interceptor = Interceptor::new(&settings.interceptor);
         Ok(Runtime {
@@ -181,6 +231,7 @@ impl Runtime {
                     .join("snapshots"),
             ))),
             sessions: Mutex::new(HashMap::new()),
+            lost_keys: Mutex::new(std::collections::VecDeque::new()),
             capacity: Arc::new(tokio::sync::Semaphore::new(
                 settings.limits.max_sessions.min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
@@ -191,9 +242,13 @@ impl Runtime {
             remote: remote_path::Pool::default(),
             changes: Arc::new(crate::changes::Receipts::new(
                 settings.changes.clone(),
-                settings.state_dir.clone().unwrap_or_else(crate::artifacts::state_root),
+                state_root,
                 session_dir.clone(),
+                runtime_dir.path().to_path_buf(),
             )),
+            fence_root,
+            fence_extra,
+            fence_refusal,
             _runtime_dir: runtime_dir,
             settings,
         })
@@ -319,7 +374,7 @@ impl Runtime {
             return Err(Error::InvalidInput("command is empty".into()));
         }
         // §13 the fence of a tool call's shell, refused outright without kernel support.
-        let fence = self.fence_for(&req, &cwd)?;
+        let fence = self.fence_for(&req)?;
         // §6 PTY or pipes.
         if use_pty {
             let job = pty_path::PtyJob {
@@ -464,7 +519,13 @@ impl Runtime {
             }
         };
         slot.last_used = Some(Instant::now());
+        let gone = slot.shell.is_none();
         drop(slot);
+        if gone {
+            if let Some(key) = &req.session_key {
+                self.free_slot(key);
+            }
+        }
         self.released.notify_waiters();
 
         let mut r =
@@ -489,7 +550,11 @@ impl Runtime {
         let default = s.sandbox.unwrap_or(crate::fence::SandboxMode::Off).as_str();
         keys.insert(0, format!("tool calls: {default}"));
         let net = if s.network == Some(false) { ", network denied" } else { "" };
-        format!("{}{net} ({})", keys.join(", "), crate::fence::kernel_support())
+        let root = match s.fences_any() {
+            true => format!(", root {}", self.fence_root.display()),
+            false => String::new(),
+        };
+        format!("{}{root}{net} ({})", keys.join(", "), crate::fence::kernel_support())
     }
 
     /// For `:checkhealth`: whether plain commands start without bash's fork (the spawn builtin,
@@ -513,28 +578,33 @@ impl Runtime {
     }
 
     /// The fence of a call's shell (SPEC §13): tool calls only, by the session key's setting,
-    /// around the project of `cwd`. A kernel without Landlock refuses a fenced call.
-    fn fence_for(&self, req: &Request, cwd: &std::path::Path) -> Result<Option<Fence>> {
+    /// around the user's fence root whatever the call's cwd (a cwd outside it runs with the
+    /// same fence: nothing there can be written). A kernel without Landlock, or a fence that
+    /// would reach the backend's own files, refuses a fenced call.
+    fn fence_for(&self, req: &Request) -> Result<Option<Fence>> {
         if req.origin != Origin::Tool {
             return Ok(None);
         }
         let mode = self.settings.sandbox_for(req.session_key.as_deref().unwrap_or(DEFAULT_KEY));
-        let tmp = self
-            .shell_cfg
-            .env
-            .iter()
-            .find(|(k, v)| k == "TMPDIR" && !v.is_empty())
-            .map(|(_, v)| PathBuf::from(v))
-            .unwrap_or_else(|| PathBuf::from("/tmp"));
-        let mut extra = vec![tmp, self.shell_cfg.runtime_dir.clone()];
-        extra.extend(self.settings.sandbox_writable_paths());
-        let fence = Fence::new(mode, cwd, &extra, self.settings.network.unwrap_or(true));
+        let fence = Fence::new(
+            mode,
+            &self.fence_root,
+            &self.fence_extra,
+            self.settings.network.unwrap_or(true),
+        );
         if fence.is_some() {
             if let Err(why) = crate::fence::kernel_abi() {
                 return Err(Error::SandboxUnavailable(format!(
                     "{} ({why})",
                     crate::fence::UNSUPPORTED
                 )));
+            }
+            let refusal = match mode {
+                SandboxMode::ReadOnly => &self.fence_refusal[1],
+                _ => &self.fence_refusal[0],
+            };
+            if let Some(why) = refusal {
+                return Err(Error::SandboxUnavailable(why.clone()));
             }
         }
         Ok(fence)
@@ -610,7 +680,49 @@ impl Runtime {
             Ok(m) => m,
             Err(p) => p.into_inner(),
         };
-        map.entry(key.to_string()).or_default().clone()
+        map.entry(key.to_string())
+            .or_insert_with(|| {
+                // A key whose closed shell was forgotten still says `shell_restarted` once.
+                let lost = self.forget_lost(key);
+                Arc::new(tokio::sync::Mutex::new(Slot { lost, ..Default::default() }))
+            })
+            .clone()
+    }
+
+    /// Frees the slot of `key` when its shell is gone and nobody holds or waits for it (SPEC
+    /// §5: memory does not grow with the number of keys ever used). That its shell was lost
+    /// is remembered for the newest [`LOST_KEPT`] keys only.
+    fn free_slot(&self, key: &str) {
+        let mut map = match self.sessions.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        let Some(slot) = map.get(key) else { return };
+        if Arc::strong_count(slot) != 1 {
+            return;
+        }
+        let lost = match slot.try_lock() {
+            Ok(s) if s.shell.is_none() => s.lost,
+            _ => return,
+        };
+        map.remove(key);
+        drop(map);
+        if lost {
+            let mut kept = self.lost_keys.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.len() >= LOST_KEPT {
+                kept.pop_front();
+            }
+            kept.push_back(key.to_string());
+        }
+    }
+
+    /// Whether `key`'s forgotten slot had lost its shell (and forgets that).
+    fn forget_lost(&self, key: &str) -> bool {
+        let mut kept = self.lost_keys.lock().unwrap_or_else(|e| e.into_inner());
+        match kept.iter().position(|k| k == key) {
+            Some(i) => kept.remove(i).is_some(),
+            None => false,
+        }
     }
 
     /// The shell configuration for a command of `origin` (the environment differs).
@@ -679,6 +791,8 @@ impl Runtime {
         let Some((_, k, mut guard)) = idle.into_iter().next() else { return false };
         tracing::info!("closing shell session {k:?}: limits.max_sessions reached");
         guard.close().await;
+        drop(guard);
+        self.free_slot(&k);
         true
     }
 
@@ -693,6 +807,7 @@ impl Runtime {
     /// never touched. (The session count is held by [`Runtime::reserve`] as shells start.)
     pub async fn close_idle(&self) {
         let idle_limit = Duration::from_secs(self.settings.limits.session_idle_secs);
+        let mut closed = Vec::new();
         for (key, slot) in self.slots() {
             let Ok(mut guard) = slot.try_lock_owned() else { continue };
             let stale = guard.last_used.is_some_and(|t| t.elapsed() >= idle_limit);
@@ -700,6 +815,12 @@ impl Runtime {
                 tracing::info!("closing shell session {key:?}: idle");
                 guard.close().await;
             }
+            if guard.shell.is_none() {
+                closed.push(key);
+            }
+        }
+        for key in closed {
+            self.free_slot(&key);
         }
         self.remote.close_idle(idle_limit).await;
     }
@@ -868,6 +989,27 @@ impl shell::OutputSink for Feed {
 
 /// The result of a command interception stopped (SPEC §2): an error with the exact text and
 /// the structured block.
+/// What every fence may write besides its root (SPEC §13): the shells' temp dir (`TMPDIR` of
+/// their environment, else `/tmp`) and the `sandbox_writable` paths.
+fn fence_extra(settings: &Settings, env: &[(OsString, OsString)]) -> Vec<PathBuf> {
+    let tmp = env
+        .iter()
+        .find(|(k, v)| k == "TMPDIR" && !v.is_empty())
+        .map(|(_, v)| PathBuf::from(v))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let mut extra = vec![tmp];
+    extra.extend(settings.sandbox_writable_paths());
+    extra
+}
+
+/// `<state root>/run`, made private (0700) if missing: where the runtime directory goes when
+/// every memory file system is writable by fenced shells.
+fn private_state_dir(state_root: &Path) -> PathBuf {
+    let dir = state_root.join("run");
+    let _ = crate::shell::rundir::private_dirs(&dir);
+    dir
+}
+
 /// The longest `session_key` accepted (SPEC §5: keys are bounded).
 pub const MAX_KEY_BYTES: usize = 256;
 

@@ -1,10 +1,17 @@
 //! The fence (SPEC §13): tool-call shells under Linux Landlock.
 //!
-//! A fenced shell may read anywhere but write only beneath its project root (the git work tree
-//! that contains the cwd, else the cwd), the temp dir, the backend's runtime directory, the
-//! `sandbox_writable` paths and a few device files every command writes to (`/dev/null`, the
-//! terminals, `/dev/shm`). `read-only` drops the project root from that list. `network = false`
-//! also denies TCP bind and connect where the kernel's Landlock ABI has them (4 and later).
+//! A fenced shell may read anywhere but write only beneath the fence's root (`sandbox_root`, else
+//! the project root of the directory the backend started in: never chosen by a request), the
+//! temp dir, the `sandbox_writable` paths, a few device files every command writes to
+//! (`/dev/null`, the terminals, `/dev/shm`) and, in the backend's runtime directory, only into
+//! its own FIFOs. `read-only` drops the root from that list. `network = false` also denies TCP
+//! bind and connect where the kernel's Landlock ABI has them (4 and later).
+//!
+//! The fenced party is the agent (SPEC §13): nothing it may write is executed or trusted by
+//! anything unfenced. The runtime directory (driver and command files, `spawn.so`) and the
+//! state directory (rc snapshots, the receipt store, artifacts) must therefore lie outside every
+//! writable path: the runtime picks a runtime directory that does ([`Fence::exposes`]), and a
+//! fence that would expose the state directory is refused rather than run.
 //!
 //! How: the process that becomes the shell is forked from a short-lived thread that restricts
 //! itself first ([`spawn_fenced`]). Landlock domains belong to a thread's credentials and are
@@ -60,7 +67,7 @@ pub const NOTE: &str = "[Sandbox: writes outside the workspace are denied]";
 pub const NO_LANDLOCK_VAR: &str = "AGENT_BASH_NO_LANDLOCK";
 
 /// Device files every command may write: output sinks, terminals, shared memory.
-const DEVICES: &[&str] = &[
+pub const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
@@ -89,13 +96,13 @@ pub struct Fence {
 }
 
 impl Fence {
-    /// The fence of a shell whose commands run in `cwd`: the project root (for
-    /// `workspace-write`), then `extra` (temp dir, runtime dir, configured paths).
-    pub fn new(mode: SandboxMode, cwd: &Path, extra: &[PathBuf], network: bool) -> Option<Fence> {
+    /// The fence of mode `mode` around `root` (for `workspace-write`) and `extra` (temp dir,
+    /// configured paths). Whatever directory a command runs in, this is what it may write.
+    pub fn new(mode: SandboxMode, root: &Path, extra: &[PathBuf], network: bool) -> Option<Fence> {
         let mut writable = Vec::new();
         match mode {
             SandboxMode::Off => return None,
-            SandboxMode::WorkspaceWrite => writable.push(project_root(cwd)),
+            SandboxMode::WorkspaceWrite => writable.push(root.to_path_buf()),
             SandboxMode::ReadOnly => {}
         }
         for p in extra {
@@ -104,6 +111,24 @@ impl Fence {
             }
         }
         Some(Fence { mode, writable, network, fifos: None })
+    }
+
+    /// The first of `paths` that this fence lets a shell write (it lies at or beneath one of
+    /// the writable paths or devices), with that writable path. Paths are compared as the
+    /// kernel resolves them (symbolic links followed, where they exist).
+    pub fn exposes<'a>(&self, paths: &'a [PathBuf]) -> Option<(&'a Path, PathBuf)> {
+        let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let open: Vec<PathBuf> = self
+            .writable
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(DEVICES.iter().map(Path::new))
+            .map(real)
+            .collect();
+        paths.iter().find_map(|p| {
+            let rp = real(p);
+            open.iter().find(|w| rp.starts_with(w)).map(|w| (p.as_path(), w.clone()))
+        })
     }
 
     /// A copy whose shell may write into the FIFOs of `dir` (and nothing else there).
@@ -245,6 +270,12 @@ mod tests {
     #[test]
     fn modes_and_paths() {
         let cwd = Path::new("/nonexistent/p");
+        let ww = Fence::new(SandboxMode::WorkspaceWrite, cwd, &[], true).unwrap();
+        let own = [PathBuf::from("/var/x"), PathBuf::from("/nonexistent/p/.state")];
+        assert_eq!(ww.exposes(&own[..1]), None);
+        assert_eq!(ww.exposes(&own).map(|(p, _)| p), Some(own[1].as_path()));
+        let shm = [PathBuf::from("/dev/shm/agent-bash-x")];
+        assert!(ww.exposes(&shm).is_some(), "/dev/shm is writable under every fence");
         let tmp = vec![PathBuf::from("/tmp")];
         assert_eq!(Fence::new(SandboxMode::Off, cwd, &tmp, true), None);
         let ro = Fence::new(SandboxMode::ReadOnly, cwd, &tmp, true).unwrap();

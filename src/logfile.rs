@@ -18,7 +18,7 @@ pub const MODE: u32 = 0o600;
 /// Opens (creating if needed) the log file for appending, mode 0600.
 pub fn open(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::shell::rundir::private_dirs(dir)?;
     }
     let file = OpenOptions::new().create(true).append(true).mode(MODE).open(path)?;
     let meta = file.metadata()?;

@@ -15,8 +15,15 @@
 //!
 //! Everything here blocks: it runs under `spawn_blocking` (see [`super`]).
 
+use std::ffi::OsString;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 use std::process::{Command, Stdio};
 
 /// One file as a snapshot saw it: git mode (`0o100644`, `0o100755`, `0o120000` for a symlink,
@@ -256,6 +263,15 @@ impl Git {
             .args(["-c", "safe.directory=*"])
             .current_dir(&self.root)
             .stdin(Stdio::null());
+        // What git writes in the store (objects, index, refs) is the user's alone, whatever
+        // the umask (SPEC §13); the store never sets core.sharedRepository.
+        // SAFETY: umask(2) is async-signal-safe and cannot fail; nothing else runs in the hook.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0o077);
+                Ok(())
+            });
+        }
         cmd
     }
 }
@@ -296,9 +312,11 @@ pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
     if shadow.join("config").is_file() && shadow.join("objects").is_dir() {
         return Ok(());
     }
-    std::fs::create_dir_all(shadow.join("info"))
-        .and_then(|()| std::fs::create_dir_all(shadow.join("objects")))
-        .and_then(|()| std::fs::create_dir_all(shadow.join("refs")))
+    // Private (SPEC §13): the store holds copies of the project's files.
+    use crate::shell::rundir::{private_dirs, write_private};
+    private_dirs(&shadow.join("info"))
+        .and_then(|()| private_dirs(&shadow.join("objects")))
+        .and_then(|()| private_dirs(&shadow.join("refs")))
         .map_err(|e| format!("cannot create {}: {e}", shadow.display()))?;
     let mut config = String::from(
         "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfilemode = true\n\
@@ -318,11 +336,11 @@ pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
     );
     // No conversion of any kind: what is stored is what is on disk, and what undo writes back.
     let attributes = "* -text -filter -ident !eol !working-tree-encoding\n";
-    std::fs::write(shadow.join("info/attributes"), attributes)
-        .and_then(|()| std::fs::write(shadow.join("HEAD"), "ref: refs/heads/receipts\n"))
-        .and_then(|()| std::fs::write(shadow.join("root"), git.root.as_os_str().as_encoded_bytes()))
+    write_private(&shadow.join("info/attributes"), attributes.as_bytes())
+        .and_then(|()| write_private(&shadow.join("HEAD"), b"ref: refs/heads/receipts\n"))
+        .and_then(|()| write_private(&shadow.join("root"), git.root.as_os_str().as_encoded_bytes()))
         // Written last: its presence says the store is complete.
-        .and_then(|()| std::fs::write(shadow.join("config"), config))
+        .and_then(|()| write_private(&shadow.join("config"), config.as_bytes()))
         .map_err(|e| format!("cannot write {}: {e}", shadow.display()))
 }
 
@@ -379,7 +397,7 @@ pub fn sync_excludes(
     if std::fs::read(&path).ok().as_deref() == Some(want.as_slice()) {
         return Ok(false);
     }
-    std::fs::write(&path, want)
+    crate::shell::rundir::write_private(&path, &want)
         .map(|()| true)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
@@ -408,6 +426,7 @@ pub fn lock(shadow: &Path, deadline: std::time::Instant) -> Result<std::fs::File
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(shadow.join("agent-bash.lock"))
         .map_err(|e| format!("cannot open the lock of {}: {e}", shadow.display()))?;
     loop {
@@ -458,56 +477,183 @@ pub fn blobs(git: &Git, oids: &[String]) -> Result<Vec<Vec<u8>>, String> {
     Ok(blobs)
 }
 
-/// Puts one path back to `entry` (its content and mode), or removes it when `entry` is `None`.
-/// Directories left empty by a removal are removed up to the root.
-pub fn restore(root: &Path, path: &Path, entry: Option<(&Entry, &[u8])>) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let full = root.join(path);
-    let fail = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
-    match entry {
-        None => {
-            match std::fs::remove_file(&full) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(fail("cannot remove", e)),
+/// Why a path of the project cannot be reached beneath its root without following a link.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// This part of the path (relative to the root) is a symbolic link or not a folder.
+    Blocked(PathBuf),
+    Failed(String),
+}
+
+/// The project root, opened once: every path of an undo is resolved beneath it, one component
+/// at a time, without following symbolic links (SPEC §13), so nothing outside it is written
+/// whatever links the project holds (a link the agent or the user put where a folder was).
+pub struct Beneath {
+    root: OwnedFd,
+}
+
+/// A path's parent folders, opened from the root down (the last one holds the path).
+struct Parents {
+    dirs: Vec<OwnedFd>,
+    names: Vec<OsString>,
+}
+
+impl Parents {
+    /// The folder that holds the path (`dirs` always starts with the root).
+    fn parent(&self) -> BorrowedFd<'_> {
+        self.dirs[self.dirs.len() - 1].as_fd()
+    }
+}
+
+const DIR_FLAGS: OFlags =
+    OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
+
+impl Beneath {
+    pub fn open(root: &Path) -> Result<Beneath, String> {
+        // The root itself is the user's choice (it may be reached through a link).
+        let root = rustix::fs::open(
+            root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open {}: {e}", root.display()))?;
+        Ok(Beneath { root })
+    }
+
+    /// Opens the folders holding `rel`, without following links; `create` makes the missing
+    /// ones (`Ok(None)` without it: a folder is missing, so nothing is in the way).
+    fn walk(&self, rel: &Path, create: bool) -> Result<Option<(Parents, OsString)>, Reach> {
+        let mut names = Vec::new();
+        for c in rel.components() {
+            match c {
+                Component::Normal(n) => names.push(n.to_os_string()),
+                _ => return Err(Reach::Blocked(rel.to_path_buf())),
             }
-            let mut dir = full.parent();
-            while let Some(d) = dir {
-                if d == root || !d.starts_with(root) || std::fs::remove_dir(d).is_err() {
-                    break;
-                }
-                dir = d.parent();
-            }
-            Ok(())
         }
-        Some((entry, content)) => {
-            if let Some(parent) = full.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| fail("cannot create the folder of", e))?;
-            }
-            let existing = full.symlink_metadata().ok();
-            if entry.mode == 0o120000 {
-                if existing.is_some() {
-                    std::fs::remove_file(&full).map_err(|e| fail("cannot replace", e))?;
+        let Some(last) = names.pop() else { return Err(Reach::Blocked(rel.to_path_buf())) };
+        let root = rustix::fs::openat(&self.root, ".", DIR_FLAGS, Mode::empty())
+            .map_err(|e| Reach::Failed(format!("cannot open the project: {e}")))?;
+        let mut parents = Parents { dirs: vec![root], names: Vec::new() };
+        let mut so_far = PathBuf::new();
+        for name in names {
+            so_far.push(&name);
+            let dir = parents.parent();
+            let opened = match rustix::fs::openat(dir, &name, DIR_FLAGS, Mode::empty()) {
+                Err(Errno::NOENT) if create => {
+                    match rustix::fs::mkdirat(dir, &name, Mode::from_raw_mode(0o777)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => {
+                            return Err(Reach::Failed(format!(
+                                "cannot create the folder {}: {e}",
+                                so_far.display()
+                            )))
+                        }
+                    }
+                    rustix::fs::openat(dir, &name, DIR_FLAGS, Mode::empty())
                 }
-                let target = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(content);
-                return std::os::unix::fs::symlink(target, &full)
-                    .map_err(|e| fail("cannot create the symlink", e));
+                other => other,
+            };
+            match opened {
+                Ok(fd) => {
+                    parents.dirs.push(fd);
+                    parents.names.push(name);
+                }
+                Err(Errno::NOENT) => return Ok(None),
+                Err(Errno::NOTDIR | Errno::LOOP) => return Err(Reach::Blocked(so_far)),
+                Err(e) => {
+                    return Err(Reach::Failed(format!("cannot open {}: {e}", so_far.display())))
+                }
             }
-            if existing.as_ref().is_some_and(|m| m.file_type().is_symlink()) {
-                std::fs::remove_file(&full).map_err(|e| fail("cannot replace", e))?;
+        }
+        Ok(Some((parents, last)))
+    }
+
+    /// Whether `rel` can be restored without going through a link: `Err(Blocked)` names the
+    /// part of it that is a link (or a file) where a folder belongs.
+    pub fn check(&self, rel: &Path) -> Result<(), Reach> {
+        self.walk(rel, false).map(drop)
+    }
+
+    /// Puts one path back to `entry` (its content and mode), or removes it when `entry` is
+    /// `None`. Folders left empty by a removal are removed up to the root.
+    pub fn restore(&self, rel: &Path, entry: Option<(&Entry, &[u8])>) -> Result<(), String> {
+        let fail = |what: &str, e: Errno| format!("{what} {}: {e}", rel.display());
+        let reach = |r: Reach| match r {
+            Reach::Blocked(p) => {
+                format!("{} is a symbolic link or not a folder: not written through", p.display())
             }
-            std::fs::write(&full, content).map_err(|e| fail("cannot write", e))?;
-            let meta = full.metadata().map_err(|e| fail("cannot read", e))?;
-            let mut mode = meta.permissions().mode() & 0o7777;
-            if entry.mode == 0o100755 {
-                // Executable where readable, as git checks a file out.
-                mode |= (mode & 0o444) >> 2;
-            } else {
-                mode &= !0o111;
+            Reach::Failed(m) => m,
+        };
+        match entry {
+            None => {
+                let Some((parents, name)) = self.walk(rel, false).map_err(reach)? else {
+                    return Ok(());
+                };
+                match rustix::fs::unlinkat(parents.parent(), &name, AtFlags::empty()) {
+                    Ok(()) | Err(Errno::NOENT) => {}
+                    Err(e) => return Err(fail("cannot remove", e)),
+                }
+                for i in (0..parents.names.len()).rev() {
+                    let rm = rustix::fs::unlinkat(
+                        &parents.dirs[i],
+                        &parents.names[i],
+                        AtFlags::REMOVEDIR,
+                    );
+                    if rm.is_err() {
+                        break;
+                    }
+                }
+                Ok(())
             }
-            std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode))
-                .map_err(|e| fail("cannot set the mode of", e))
+            Some((entry, content)) => {
+                let (parents, name) = self
+                    .walk(rel, true)
+                    .map_err(reach)?
+                    .ok_or_else(|| format!("cannot create the folder of {}", rel.display()))?;
+                let dir = parents.parent();
+                let existing = rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW).ok();
+                let is_link = existing
+                    .as_ref()
+                    .is_some_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
+                if entry.mode == 0o120000 {
+                    if existing.is_some() {
+                        rustix::fs::unlinkat(dir, &name, AtFlags::empty())
+                            .map_err(|e| fail("cannot replace", e))?;
+                    }
+                    let target =
+                        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(content);
+                    return rustix::fs::symlinkat(target, dir, &name)
+                        .map_err(|e| fail("cannot create the symlink", e));
+                }
+                if is_link {
+                    rustix::fs::unlinkat(dir, &name, AtFlags::empty())
+                        .map_err(|e| fail("cannot replace", e))?;
+                }
+                let file = rustix::fs::openat(
+                    dir,
+                    &name,
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::TRUNC
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o666),
+                )
+                .map_err(|e| fail("cannot write", e))?;
+                let mut file = std::fs::File::from(file);
+                file.write_all(content)
+                    .map_err(|e| format!("cannot write {}: {e}", rel.display()))?;
+                let st = rustix::fs::fstat(&file).map_err(|e| fail("cannot read", e))?;
+                let mut mode = st.st_mode & 0o7777;
+                if entry.mode == 0o100755 {
+                    // Executable where readable, as git checks a file out.
+                    mode |= (mode & 0o444) >> 2;
+                } else {
+                    mode &= !0o111;
+                }
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
+                    .map_err(|e| fail("cannot set the mode of", e))
+            }
         }
     }
 }

@@ -38,6 +38,11 @@ pub struct Settings {
     pub sandbox_by_key: BTreeMap<String, SandboxMode>,
     /// More paths a fenced shell may write (`~/` expands to the home directory).
     pub sandbox_writable: Vec<PathBuf>,
+    /// The one directory tree a `workspace-write` shell may write besides the temp dir and
+    /// `sandbox_writable` (absolute or `~/…`). Default: the project root (git work tree, else
+    /// the directory itself) of the directory the backend started in. A request's `cwd` never
+    /// changes it (SPEC §13).
+    pub sandbox_root: Option<PathBuf>,
     /// `false` denies TCP bind/connect in fenced shells where the kernel's Landlock has it.
     /// Default true.
     pub network: Option<bool>,
@@ -144,6 +149,12 @@ impl Settings {
                 "network = false needs a sandbox (`sandbox` or `[sandbox_by_key]`): only fenced shells can be denied the network".into(),
             ));
         }
+        if let Some(p) = s.sandbox_root.iter().find(|p| !p.is_absolute() && !p.starts_with("~")) {
+            return Err(Error::InvalidInput(format!(
+                "sandbox_root: {} is not an absolute path (or ~/…)",
+                p.display()
+            )));
+        }
         if let Some(p) = s.sandbox_writable.iter().find(|p| !p.is_absolute() && !p.starts_with("~"))
         {
             return Err(Error::InvalidInput(format!(
@@ -195,14 +206,12 @@ impl Settings {
 
     /// The configured writable paths, `~/` expanded.
     pub fn sandbox_writable_paths(&self) -> Vec<PathBuf> {
-        let home = std::env::var_os("HOME").map(PathBuf::from).or_else(dirs::home_dir);
-        self.sandbox_writable
-            .iter()
-            .map(|p| match (p.strip_prefix("~"), &home) {
-                (Ok(rest), Some(h)) => h.join(rest),
-                _ => p.clone(),
-            })
-            .collect()
+        self.sandbox_writable.iter().map(|p| expand_home(p)).collect()
+    }
+
+    /// The `sandbox_root` setting, `~/` expanded.
+    pub fn sandbox_root_path(&self) -> Option<PathBuf> {
+        self.sandbox_root.as_deref().map(expand_home)
     }
 
     /// The shell to run (SPEC §5).
@@ -234,6 +243,15 @@ impl Settings {
             None => std::env::var("AGENT_BASH_SHELL_PREFIX").unwrap_or_default(),
         };
         split_words(&raw)
+    }
+}
+
+/// `p` with a leading `~/` replaced by the home directory.
+fn expand_home(p: &Path) -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from).or_else(dirs::home_dir);
+    match (p.strip_prefix("~"), &home) {
+        (Ok(rest), Some(h)) => h.join(rest),
+        _ => p.to_path_buf(),
     }
 }
 

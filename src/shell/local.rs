@@ -88,6 +88,12 @@ const QUICK: Duration = Duration::from_millis(3);
 /// a file there and removes the FIFO (measured here: 330 µs per command on ext4, 30 µs on
 /// tmpfs). `$XDG_RUNTIME_DIR` (the user's own tmpfs), else `/dev/shm`, else the temp directory.
 pub fn runtime_base() -> PathBuf {
+    runtime_bases().into_iter().next().unwrap_or_else(std::env::temp_dir)
+}
+
+/// The places [`runtime_base`] may choose, usable ones only, best first (the runtime takes the
+/// first one no fenced shell may write, SPEC §13).
+pub fn runtime_bases() -> Vec<PathBuf> {
     let usable = |dir: &Path| {
         use std::os::unix::ffi::OsStrExt;
         let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
@@ -96,11 +102,11 @@ pub fn runtime_base() -> PathBuf {
             && dir.is_dir()
             && unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0
     };
-    std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    xdg.into_iter()
+        .chain([PathBuf::from("/dev/shm"), std::env::temp_dir()])
         .filter(|d| usable(d))
-        .or_else(|| Some(PathBuf::from("/dev/shm")).filter(|d| usable(d)))
-        .unwrap_or_else(std::env::temp_dir)
+        .collect()
 }
 
 /// The spawn error of a shell that cannot see the backend's runtime directory (a prefix such

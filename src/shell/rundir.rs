@@ -29,6 +29,62 @@ pub fn private_dir(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes directory `path` and its missing parents with mode 0700, whatever the umask.
+pub fn private_dirs(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
+}
+
+/// Writes `path` (created 0600 whatever the umask, or truncated) with `bytes`.
+pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
+}
+
+/// The mark that [`make_private`] has tightened a state directory once.
+pub const PRIVATE_MARK: &str = ".private";
+
+/// Makes the state directory `dir` private (SPEC §13): created 0700 if missing; the first time
+/// (no [`PRIVATE_MARK`] yet), every directory and file under it that group or others may reach
+/// (as older versions and git's default modes left them) is tightened to the owner's bits.
+/// Links are not followed.
+pub fn make_private(dir: &Path) -> io::Result<()> {
+    private_dirs(dir)?;
+    if dir.join(PRIVATE_MARK).exists() {
+        return Ok(());
+    }
+    tighten(dir);
+    write_private(&dir.join(PRIVATE_MARK), b"")
+}
+
+/// Takes group and other bits off `path` and everything under it that we own.
+pub fn tighten(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return };
+    if meta.file_type().is_symlink() || meta.uid() != uid {
+        return;
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        let _ =
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & !0o077 & 0o700));
+    }
+    if meta.is_dir() {
+        for e in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            tighten(&e.path());
+        }
+    }
+}
+
 /// Writes a new file `path` with mode 0600, whatever the umask.
 pub fn private_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
@@ -47,10 +103,12 @@ pub struct RunDir {
 impl RunDir {
     /// Makes the directory under `base` (else the temp directory) and takes its lock.
     pub fn create(base: &Path) -> io::Result<RunDir> {
+        use std::os::unix::fs::PermissionsExt;
         let mut builder = tempfile::Builder::new();
-        builder.prefix(PREFIX);
+        // 0700 whatever the umask (SPEC §13; tempfile's default follows the umask).
+        builder.prefix(PREFIX).permissions(std::fs::Permissions::from_mode(0o700));
         let dir = builder.tempdir_in(base).or_else(|_| builder.tempdir())?;
-        // tempfile makes the directory 0700; the lock file is 0600 too.
+        // The lock file is 0600 too.
         let lock = {
             use std::os::unix::fs::OpenOptionsExt;
             std::fs::OpenOptions::new()

@@ -300,7 +300,7 @@ impl Snapshots {
         let body = format!("{}{text}", Self::stamp_line(shell, stamp));
         if let Some(path) = self.disk_path(shell) {
             if let Some(parent) = path.parent() {
-                let _ = std::fs::create_dir_all(parent);
+                let _ = super::rundir::private_dirs(parent);
             }
             // Write then rename, so a concurrent backend never sources half a snapshot.
             let tmp = path.with_extension(format!("tmp{}", nonce()));

@@ -37,12 +37,13 @@ fn places(git: bool) -> Places {
 }
 
 /// A runtime whose shells have a private `TMPDIR`: the temp dir a fence lets through is that
-/// one, not the `/tmp` the test's places are in.
-fn runtime(mut settings: Settings) -> (Arc<Runtime>, tempfile::TempDir) {
+/// one, not the `/tmp` the test's places are in. The fence's root is `root` (`sandbox_root`).
+fn runtime(mut settings: Settings, root: &Path) -> (Arc<Runtime>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let tmp = dir.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     settings.env.insert("TMPDIR".into(), tmp.to_str().unwrap().into());
+    settings.sandbox_root = Some(root.to_path_buf());
     let settings = Settings { shell: Some("/bin/bash".into()), ..settings };
     let rt = Runtime::new(settings, dir.path().join("session"), dir.path().to_path_buf()).unwrap();
     (Arc::new(rt), dir)
@@ -71,7 +72,7 @@ fn q(p: &Path) -> String {
 async fn fenced_session_writes_only_in_its_workspace() {
     for git in [true, false] {
         let p = places(git);
-        let (rt, _d) = runtime(fenced(SandboxMode::WorkspaceWrite));
+        let (rt, _d) = runtime(fenced(SandboxMode::WorkspaceWrite), &p.project);
         // In a git project the root is the work tree, so `..` of a subdirectory is inside.
         let cwd = if git { p.project.join("sub") } else { p.project.clone() };
         let inside = if git { "touch x ../y && echo made" } else { "touch x && echo made" };
@@ -130,7 +131,7 @@ async fn bang_commands_and_unfenced_keys_are_not_fenced() {
     let p = places(false);
     let mut settings = fenced(SandboxMode::WorkspaceWrite);
     settings.sandbox_by_key.insert("free".into(), SandboxMode::Off);
-    let (rt, _d) = runtime(settings);
+    let (rt, _d) = runtime(settings, &p.project);
     let r = run(&rt, Origin::Bang, &p.project, &format!("touch {}/bang", q(&p.outside))).await;
     assert_eq!(r.exit_code, Some(0), "{}", r.output);
     assert_eq!(r.sandbox, None);
@@ -155,7 +156,7 @@ async fn read_only_writes_only_temp_and_configured_paths() {
     std::fs::create_dir(&extra).unwrap();
     let mut settings = fenced(SandboxMode::ReadOnly);
     settings.sandbox_writable = vec![extra.clone()];
-    let (rt, _d) = runtime(settings);
+    let (rt, _d) = runtime(settings, &p.project);
     let r = run(&rt, Origin::Tool, &p.project, "touch x").await;
     assert_ne!(r.exit_code, Some(0), "{}", r.output);
     assert!(!p.project.join("x").exists());
@@ -166,19 +167,43 @@ async fn read_only_writes_only_temp_and_configured_paths() {
     assert_eq!(r.exit_code, Some(0), "{}", r.output);
 }
 
+/// The root is the setting's, whatever project a call runs in: a call in another project
+/// cannot write there, and keeps its shell (the fence is the same one).
 #[tokio::test]
-async fn another_project_gets_a_shell_fenced_for_it() {
+async fn the_fence_root_is_the_setting_not_the_calls_project() {
     let a = places(true);
     let b = places(true);
-    let (rt, _d) = runtime(fenced(SandboxMode::WorkspaceWrite));
+    let (rt, _d) = runtime(fenced(SandboxMode::WorkspaceWrite), &a.project);
     let r = run(&rt, Origin::Tool, &a.project, "touch a").await;
     assert_eq!(r.exit_code, Some(0), "{}", r.output);
     let r = run(&rt, Origin::Tool, &b.project, "touch b").await;
-    assert_eq!(r.exit_code, Some(0), "{}", r.output);
-    assert!(r.shell_restarted, "the shell fenced for project a cannot serve project b");
-    let r = run(&rt, Origin::Tool, &b.project, &format!("touch {}/no", q(&a.project))).await;
     assert_ne!(r.exit_code, Some(0), "{}", r.output);
-    assert!(!a.project.join("no").exists());
+    assert!(r.output.ends_with(agent_bash::fence::NOTE), "{}", r.output);
+    assert!(!b.project.join("b").exists());
+    assert!(!r.shell_restarted, "the same fence serves every cwd");
+    let r = run(&rt, Origin::Tool, &b.project, &format!("touch {}/yes", q(&a.project))).await;
+    assert_eq!(r.exit_code, Some(0), "{}", r.output);
+}
+
+/// A fence whose writable paths would hold the backend's own files (here the root holds the
+/// state directory, as when the project is the home directory) is refused, never run.
+#[tokio::test]
+async fn a_fence_over_our_own_files_is_refused() {
+    let p = places(false);
+    let settings = Settings {
+        state_dir: Some(p.project.join(".state")),
+        ..fenced(SandboxMode::WorkspaceWrite)
+    };
+    let (rt, _d) = runtime(settings, &p.project);
+    let req = Request {
+        origin: Origin::Tool,
+        command: "touch ran".into(),
+        cwd: Some(p.project.to_str().unwrap().into()),
+        ..Default::default()
+    };
+    let e = rt.run(req, CancellationToken::new(), None).await.unwrap_err().to_string();
+    assert!(e.contains("agent-bash's own files") && e.contains("sandbox_root"), "{e}");
+    assert!(!p.project.join("ran").exists());
 }
 
 #[tokio::test]
@@ -187,12 +212,12 @@ async fn network_false_denies_tcp_connect() {
     let port = listener.local_addr().unwrap().port();
     let p = places(false);
     let connect = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected");
-    let (open, _d1) = runtime(fenced(SandboxMode::WorkspaceWrite));
+    let (open, _d1) = runtime(fenced(SandboxMode::WorkspaceWrite), &p.project);
     let r = run(&open, Origin::Tool, &p.project, &connect).await;
     assert_eq!(r.text.trim(), "connected", "{}", r.output);
 
     let settings = Settings { network: Some(false), ..fenced(SandboxMode::WorkspaceWrite) };
-    let (closed, _d2) = runtime(settings);
+    let (closed, _d2) = runtime(settings, &p.project);
     let r = run(&closed, Origin::Tool, &p.project, &connect).await;
     assert_ne!(r.exit_code, Some(0), "{}", r.output);
     assert!(r.output.contains("Permission denied"), "{}", r.output);
@@ -201,7 +226,7 @@ async fn network_false_denies_tcp_connect() {
 #[tokio::test]
 async fn fenced_pty_runs_are_fenced_too() {
     let p = places(false);
-    let (rt, _d) = runtime(fenced(SandboxMode::WorkspaceWrite));
+    let (rt, _d) = runtime(fenced(SandboxMode::WorkspaceWrite), &p.project);
     let req = |command: String| Request {
         origin: Origin::Tool,
         command,
