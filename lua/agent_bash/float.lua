@@ -324,7 +324,19 @@ function M.layout()
       local height = math.min(card.rendered.height, max_height)
       -- one row is kept for the `N more running` line while cards are left out
       local floor = top + ((#more > 0 or H.more_needed(i, running, options)) and 1 or 0)
-      if bottom - floor - extra < 1 or (bottom - (height + extra) < floor and placed > 0) then
+      if not live then
+        -- A finished card leaves room for the running cards still to be placed above it: a
+        -- long output must not push a running command off the screen.
+        local room = bottom - floor - extra - H.live_rows(i, running, options, extra)
+        if room < 1 and not is_current then
+          height = 0
+        else
+          height = math.max(1, math.min(height, room))
+        end
+      end
+      if height == 0 then
+        drop[#drop + 1] = card
+      elseif bottom - floor - extra < 1 or (bottom - (height + extra) < floor and placed > 0) then
         if live or placed == 0 then
           hide[#hide + 1] = card
           if live then
@@ -381,6 +393,22 @@ H.cards = {} ---@type agent_bash.Card[]
 H.more = nil ---@type {buf: integer, win?: integer}?
 H.last_cursor = nil ---@type string?
 H.focus_next = nil ---@type agent_bash.Card? a hidden card being focused: it gets a place
+
+--- Rows the running cards older than index `i` that will be shown need at least (a few lines
+--- of output each, and their borders).
+H.LIVE_MIN_ROWS = 3
+function H.live_rows(i, running, options, extra)
+  local rows, shown = 0, running
+  for j = i - 1, 1, -1 do
+    local c = H.cards[j]
+    if not c.run.finished and shown < options.card.max_running then
+      shown = shown + 1
+      local h = c.rendered and c.rendered.height or 1
+      rows = rows + math.min(h, H.LIVE_MIN_ROWS) + extra
+    end
+  end
+  return rows
+end
 
 --- Whether running cards older than index `i` will be left out (so a row is kept for the line
 --- that counts them).

@@ -861,6 +861,17 @@ async fn editor_cards_never_pile_up_or_cover_the_cursor() {
     ed.wait_lua("#require('agent_bash.runs').running() == 0").await;
     let (running, bang, _) = ed.shown_cards().await;
     assert_eq!((running, bang), (0, 1));
+    // A long output finishing after a command that still runs leaves that one on screen.
+    ed.cmd("AgentBash echo still-running; sleep 30").await;
+    let long = ed.lua("return require('agent_bash.runs').latest().id").await.as_i64().unwrap();
+    ed.cmd("AgentBash seq 1 5000").await;
+    ed.wait_lua("require('agent_bash.runs').finished().state.command == 'seq 1 5000'").await;
+    let (running, bang, _) = ed.shown_cards().await;
+    assert_eq!((running, bang), (1, 1), "the running card was pushed off the screen");
+    let (over, cursor) = ed.floats_over_cursor().await;
+    assert_eq!(over, Value::Array(vec![]), "a card covers the cursor at {cursor:?}");
+    ed.cmd(&format!("AgentBashCancel {long}")).await;
+    ed.wait_lua("#require('agent_bash.runs').running() == 0").await;
     // A finished tool-call card closes by itself.
     ed.tool_call("t", "{command = 'echo tool'}").await;
     ed.tool_result("t", "output").await;
