@@ -394,7 +394,9 @@ impl Server {
             Err(e) => return self.error_result(&e),
         };
         let key = self.next.fetch_add(1, Ordering::Relaxed);
-        let cancel = CancellationToken::new();
+        // The client's `notifications/cancelled` (rmcp cancels `context.ct`) reaches the run
+        // through a child token: no task of its own per call.
+        let cancel = context.ct.child_token();
         if let Ok(mut r) = self.running.lock() {
             r.insert(key, cancel.clone());
         }
@@ -444,14 +446,7 @@ impl Server {
             tokio::spawn(report_progress(peer, token, rx))
         });
 
-        let on_client_cancel = context.ct.clone();
-        let run_cancel = cancel.clone();
-        let watcher = tokio::spawn(async move {
-            on_client_cancel.cancelled().await;
-            run_cancel.cancel();
-        });
         let res = self.rt.run(req, cancel.clone(), Some(on_update)).await;
-        watcher.abort();
         if let Some(r) = reporter {
             r.abort();
             let _ = r.await;
