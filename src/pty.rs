@@ -60,7 +60,7 @@ pub mod waiting;
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -214,11 +214,35 @@ pub fn wants_pty(
     origin == Origin::Tool && virtual_terminal == Some("on") && ui_attached && !opted_out
 }
 
-/// The `-c` script: snapshot, aliases on, cwd, the command (see the module docs).
-fn script(kind: ShellKind, snapshot: Option<&Path>, cwd: &Path, command: &str) -> String {
+/// A zsh run's driver directory ([`crate::shell::zsh`]), removed when the run ends.
+struct ZshDir(PathBuf);
+
+impl Drop for ZshDir {
+    fn drop(&mut self) {
+        #[allow(clippy::disallowed_methods)] // a few bytes on the runtime's memory file system
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The `-c` script: snapshot, aliases on, cwd, the command (see the module docs). zsh runs the
+/// command from a driver file in `zsh_dir`, as its sessions do, so messages and statuses are
+/// `zsh -c`'s.
+fn script(
+    kind: ShellKind,
+    snapshot: Option<&Path>,
+    cwd: &Path,
+    command: &str,
+    zsh_dir: Option<&Path>,
+) -> String {
     let mut s = String::new();
     if let Some(snap) = snapshot {
         s.push_str(&format!(". {} </dev/null >/dev/null 2>&1; ", quote(&snap.to_string_lossy())));
+    }
+    if let (ShellKind::Zsh, Some(dir)) = (kind, zsh_dir) {
+        s.push_str("setopt aliases\n");
+        s.push_str(&crate::shell::zsh::protocol(dir, command, &quote(&cwd.to_string_lossy()), ""));
+        s.push_str(&format!("\\builtin exit ${}\n", crate::shell::zsh::STATUS_VAR));
+        return s;
     }
     let builtin = match kind {
         ShellKind::Bash => {
@@ -305,7 +329,19 @@ pub async fn run(
     argv.push("-c".into());
     let group = Arc::new(procs::Group::new(true));
     let join = group.join_statement();
-    argv.push(format!("{join}{}", script(kind, cfg.snapshot.as_deref(), cwd, command)).into());
+    let zsh_dir = match kind {
+        ShellKind::Zsh => {
+            let dir = ZshDir(cfg.runtime_dir.join(format!("pty-{}.d", shell::nonce())));
+            crate::shell::rundir::private_dir(&dir.0)?;
+            crate::shell::zsh::make_dir(&dir.0)?;
+            crate::shell::zsh::write_command(&dir.0, command)?;
+            Some(dir)
+        }
+        _ => None,
+    };
+    let zsh_path = zsh_dir.as_ref().map(|d| d.0.as_path());
+    let script = script(kind, cfg.snapshot.as_deref(), cwd, command, zsh_path);
+    argv.push(format!("{join}{script}").into());
     let mut cmd = CommandBuilder::from_argv(argv);
     cmd.env_clear();
     for (k, v) in &cfg.env {
@@ -682,13 +718,18 @@ mod tests {
 
     #[test]
     fn pty_script_has_no_setup_in_the_command() {
-        let s = script(ShellKind::Bash, Some(Path::new("/s/snap")), Path::new("/w d"), "echo 'hi'");
+        let s = script(
+            ShellKind::Bash,
+            Some(Path::new("/s/snap")),
+            Path::new("/w d"),
+            "echo 'hi'",
+            None,
+        );
         assert_eq!(
             s,
             ". '/s/snap' </dev/null >/dev/null 2>&1; shopt -s expand_aliases; builtin cd -- '/w d' && builtin eval 'echo '\\''hi'\\'''\n"
         );
-        assert!(
-            script(ShellKind::Posix, None, Path::new("/"), "x").starts_with("cd -- '/' && eval")
-        );
+        assert!(script(ShellKind::Posix, None, Path::new("/"), "x", None)
+            .starts_with("cd -- '/' && eval"));
     }
 }

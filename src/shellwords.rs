@@ -91,6 +91,14 @@ pub fn ends_in_substitution(src: &str) -> bool {
     scanner.unclosed
 }
 
+/// Whether `src` ends inside a heredoc: one opened whose delimiter line never comes (its body
+/// runs to the end of the input, so text appended after the command would join the body).
+pub fn ends_in_heredoc(src: &str) -> bool {
+    let mut scanner = Scanner::new(src);
+    scanner.run();
+    scanner.open_heredoc || !scanner.pending.is_empty()
+}
+
 /// One simple command of a command line: the tokens between two control operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimpleCommand<'a> {
@@ -250,6 +258,8 @@ struct Scanner<'a> {
     pending: Vec<PendingHeredoc>,
     /// The input ended inside a substitution ([`ends_in_substitution`]).
     unclosed: bool,
+    /// A heredoc body ran to the end of the input ([`ends_in_heredoc`]).
+    open_heredoc: bool,
 }
 
 impl Scanner<'_> {
@@ -263,6 +273,7 @@ impl Scanner<'_> {
             heredoc_op: None,
             pending: Vec::new(),
             unclosed: false,
+            open_heredoc: false,
         }
     }
 
@@ -517,6 +528,7 @@ impl Scanner<'_> {
     /// Right after a newline: skips the bodies of heredocs opened on the line just ended.
     fn skip_heredoc_bodies(&mut self) {
         for doc in std::mem::take(&mut self.pending) {
+            let mut found = false;
             while self.i < self.s.len() {
                 let line_end = self.s[self.i..]
                     .iter()
@@ -530,9 +542,11 @@ impl Scanner<'_> {
                 }
                 self.i = (line_end + 1).min(self.s.len());
                 if line == doc.delimiter.as_slice() {
+                    found = true;
                     break;
                 }
             }
+            self.open_heredoc |= !found;
         }
     }
 }
@@ -608,6 +622,17 @@ mod tests {
         let cmds = simple_commands("echo hi 2>&1 >out x");
         assert_eq!(cmds[0].argv(), ["echo", "hi", "x"]);
         assert_eq!(cmds[0].redirects(), [("2>&", "1"), (">", "out")]);
+    }
+
+    #[test]
+    fn shellwords_ends_in_heredoc_only_when_one_is_left_open() {
+        for open in ["cat <<EOF\nno end", "cat <<EOF", "cat <<'E'\nx\nEOF", "a <<A <<B\nA\nb"] {
+            assert!(ends_in_heredoc(open), "{open:?}");
+        }
+        for closed in ["cat <<EOF\nx\nEOF", "cat <<< x", "echo '<<EOF'", "cat <<-E\n\tx\n\tE\necho"]
+        {
+            assert!(!ends_in_heredoc(closed), "{closed:?}");
+        }
     }
 
     #[test]

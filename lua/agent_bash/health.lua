@@ -204,6 +204,20 @@ function H.ping(health, backend)
     if info.spawn then
       health.info('plain commands: ' .. info.spawn)
     end
+    local sok, sh = backend.request('shell_info', {})
+    if sok and type(sh) == 'table' then
+      local line = ('shell: %s (%s)'):format(tostring(sh.shell), tostring(sh.version))
+      if sh.supported then
+        health.ok(line)
+      else
+        health.warn(line .. ': neither bash nor zsh', {
+          'commands run without your rc snapshot; set shell = "bash" (or zsh) in the settings',
+        })
+      end
+      health.info('rc snapshot: ' .. tostring(sh.snapshot))
+    else
+      health.warn('shell: no answer (' .. tostring(sh) .. ')')
+    end
     local opts = require('agent_bash.config').options
     if opts.prewarm then
       local said = {

@@ -162,6 +162,15 @@ impl Handler for Backend {
                 ]))
             }
             "ping" => Ok(Value::from("pong")),
+            "shell_info" => {
+                let r = self.rt.shell_report().await;
+                Ok(map(vec![
+                    ("shell", Value::from(r.shell.as_str())),
+                    ("version", Value::from(r.version.as_str())),
+                    ("supported", Value::from(r.supported)),
+                    ("snapshot", Value::from(r.snapshot.as_str())),
+                ]))
+            }
             "get_context" | "history" => {
                 let (offset, limit) =
                     super::page_args(&params).map_err(|e| Value::from(format!("{name}: {e}")))?;

@@ -62,6 +62,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::sync::CancellationToken;
 
 use super::procs;
+use super::zsh;
 
 /// After the foreground part ends, background jobs may still hold the output pipe: wait while it
 /// keeps producing, but return once it has been idle this long (SPEC §5).
@@ -546,7 +547,7 @@ impl Shell {
                 quote(&snap.to_string_lossy())
             ));
         }
-        if kind == ShellKind::Bash {
+        if kind != ShellKind::Posix {
             init.push_str(&format!(
                 "\\builtin readonly {VAR_CMD_FILE}={} {VAR_STATUS_FILE}={}\n",
                 quote(&dir.join(COMMAND_NAME).to_string_lossy()),
@@ -930,10 +931,16 @@ impl Shell {
     ///   it.
     fn write_driver(&mut self) -> io::Result<()> {
         use super::rundir::{private_dir, private_file};
-        if self.kind != ShellKind::Bash {
+        if self.kind == ShellKind::Posix {
             return Ok(());
         }
         let dir = self.dir.clone();
+        if self.kind == ShellKind::Zsh {
+            zsh::make_dir(&dir)?;
+            self.cmd_file = Some((new_private(&dir.join(COMMAND_NAME))?, 0));
+            self.driver_dir = Some(dir);
+            return Ok(());
+        }
         let driver = |run: &str| {
             format!(
                 "\\builtin cd -- \"${VAR_CWD}\"||\\builtin return;OLDPWD=${VAR_OLDPWD};\\builtin {run} \"${VAR_CMD}\"\n"
@@ -956,15 +963,7 @@ impl Shell {
             )
             .as_bytes(),
         )?;
-        let file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(dir.join(COMMAND_NAME))?
-        };
-        self.cmd_file = Some((file, 0));
+        self.cmd_file = Some((new_private(&dir.join(COMMAND_NAME))?, 0));
         self.driver_dir = Some(dir);
         Ok(())
     }
@@ -999,6 +998,15 @@ impl Shell {
                 "{{ builtin cd -- {cwd}&&builtin eval {cmd};}}>{fifo} 2>&1 </dev/null;builtin echo {token} $? >{st}||builtin exit 99\n",
             ));
         };
+        if self.kind == ShellKind::Zsh {
+            zsh::write_command(dir, command)?;
+            let text = zsh::protocol(dir, command, &cwd, &format!(">{fifo} 2>&1 </dev/null"));
+            rewrite_in_place(file, len, &text)?;
+            return Ok(format!(
+                "\\builtin . \"${VAR_CMD_FILE}\";\\builtin echo {token} ${}>\"${VAR_STATUS_FILE}\"||\\builtin exit 99\n",
+                zsh::STATUS_VAR
+            ));
+        }
         // No reserved words, every builtin escaped: see the module docs. `sourcepath` off makes
         // `.` read the driver from its directory instead of searching PATH.
         let d = quote(&dir.to_string_lossy());
@@ -1029,17 +1037,29 @@ impl Shell {
         let text = format!(
             "{pick}{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin shopt -qo posix&&{VAR_DOT}=./{DRIVER_NAME}||{VAR_DOT}={DRIVER_NAME};\\builtin cd -- {d}&&\\builtin . \"${VAR_DOT}\" >{fifo} 2>&1 </dev/null\n",
         );
-        use std::os::unix::fs::FileExt;
-        file.write_all_at(text.as_bytes(), 0)?;
-        let new_len = text.len() as u64;
-        if new_len < *len {
-            file.set_len(new_len)?;
-        }
-        *len = new_len;
+        rewrite_in_place(file, len, &text)?;
         Ok(format!(
             "\\builtin . \"${VAR_CMD_FILE}\";\\builtin echo {token} $?>\"${VAR_STATUS_FILE}\"||\\builtin exit 99\n"
         ))
     }
+}
+
+/// A new file `path`, mode 0600 whatever the umask, open for writing.
+fn new_private(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)
+}
+
+/// Rewrites the per-command file (kept open) with `text`.
+fn rewrite_in_place(file: &mut std::fs::File, len: &mut u64, text: &str) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(text.as_bytes(), 0)?;
+    let new_len = text.len() as u64;
+    if new_len < *len {
+        file.set_len(new_len)?;
+    }
+    *len = new_len;
+    Ok(())
 }
 
 impl Drop for Shell {

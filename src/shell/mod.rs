@@ -25,6 +25,9 @@ pub mod rundir;
 // Capturing the user's rc waits up to 10 s for a shell: only ever called under spawn_blocking.
 #[allow(clippy::disallowed_methods)]
 pub mod snapshot;
+// Writes a command's driver file, in the private runtime directory (a memory file system).
+#[allow(clippy::disallowed_methods)]
+pub mod zsh;
 
 pub use local::{quote, Ending, RunEnd, Shell, ShellConfig, ShellKind};
 

@@ -28,8 +28,11 @@ const SKIP_NAMES: &[&str] = &[
     "basename", "dirname",
 ];
 
-/// Options that would break an agent shell (SPEC §5).
+/// Options that would break an agent shell or change what a command means (SPEC §5), as bash
+/// (`set -o`/`shopt`) and zsh (`setopt`, lower case without `_`) name them. A zsh option is
+/// dropped whichever way the rc turned it (`setopt noclobber` or `unsetopt clobber` are the same).
 const DROP_OPTIONS: &[&str] = &[
+    // Both shells, and bash's spellings.
     "errexit",
     "nounset",
     "xtrace",
@@ -52,16 +55,188 @@ const DROP_OPTIONS: &[&str] = &[
     "singlecommand",
     "restricted",
     "login",
-    "err_exit",
-    "no_unset",
-    "xtrace",
-    "bang_hist",
+    "noclobber",
+    "nullglob",
+    "failglob",
+    "xpg_echo",
+    "dotglob",
+    "nocaseglob",
+    "nocasematch",
+    "lastpipe",
+    // zsh: how a command line is read (`git reset HEAD^` is a glob under extendedglob), what
+    // `>` may overwrite, what cd does, and what is printed around commands.
+    "errreturn",
+    "unset",
+    "exec",
     "banghist",
+    "clobber",
+    "rcquotes",
+    "extendedglob",
+    "kshglob",
+    "shglob",
+    "globdots",
+    "nomatch",
+    "cshnullglob",
+    "glob",
+    "globsubst",
+    "magicequalsubst",
+    "equals",
+    "braceccl",
+    "ignorebraces",
+    "ignoreclosebraces",
+    "shwordsplit",
+    "ksharrays",
+    "kshzerosubscript",
+    "octalzeroes",
+    "cbases",
+    "shfileexpansion",
+    "shnullcmd",
+    "bsdecho",
+    "rematchpcre",
+    "multios",
+    "autocd",
+    "cdablevars",
+    "autopushd",
+    "pushdtohome",
+    "pushdsilent",
+    "pushdminus",
+    "pushdignoredups",
+    "chaselinks",
+    "chasedots",
+    "posixcd",
+    "posixbuiltins",
+    "posixaliases",
+    "posixargzero",
+    "posixidentifiers",
+    "posixstrings",
+    "posixtraps",
+    "posixjobs",
+    "correct",
+    "correctall",
+    "printexitvalue",
+    "sunkeyboardhack",
+    "warncreateglobal",
+    "warnnestedvar",
+    "aliases",
+    "evallineno",
+    "functionargzero",
+    "localoptions",
+    "localtraps",
+    "sourcetrace",
+    "typesetsilent",
+    "kshtypeset",
+    "pathdirs",
+    "hashdirs",
+    "continueonerror",
+    "bgnice",
+    "hup",
+    "checkjobs",
+    "checkrunningjobs",
 ];
 
-fn skip_name(name: &str) -> bool {
-    name.starts_with('_') || SKIP_NAMES.contains(&name)
+/// zsh functions the shell calls by itself (hooks, traps, the not-found handler) and bash's
+/// not-found handler: they would change what commands print.
+const HOOKS: &[&str] = &[
+    "chpwd",
+    "precmd",
+    "preexec",
+    "periodic",
+    "zshaddhistory",
+    "zshexit",
+    "zsh_directory_name",
+    "command_not_found_handler",
+    "command_not_found_handle",
+];
+
+/// Why the snapshot left something of the rc out (`:checkhealth` counts them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Dropped {
+    /// Named like a shell builtin or reserved word (`cd`, `echo`, `[`).
+    BuiltinName,
+    /// One of the tools agents rely on (`ls`, `grep`, `cat` …).
+    ToolName,
+    /// A zsh autoload stub (`builtin autoload -X…` as its body).
+    AutoloadStub,
+    /// A hook the shell calls by itself (`chpwd`, `precmd`, `TRAPEXIT`, not-found handlers).
+    Hook,
+    /// Calls (or, for an alias, runs) a function the snapshot left out.
+    NeedsDropped,
+    /// A zsh global (`alias -g`) or suffix (`alias -s`) alias: it rewrites words anywhere.
+    GlobalAlias,
+    /// A name the shell cannot read back (`alias -- -='cd -'`), or one starting with `_`.
+    Unreadable,
+    /// An option that would break an agent shell or change what a command means.
+    Option,
 }
+
+impl Dropped {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Dropped::BuiltinName => "named like a builtin or keyword",
+            Dropped::ToolName => "named like a common tool",
+            Dropped::AutoloadStub => "autoload stub",
+            Dropped::Hook => "shell hook",
+            Dropped::NeedsDropped => "needs a dropped function",
+            Dropped::GlobalAlias => "global or suffix alias",
+            Dropped::Unreadable => "name the shell cannot re-read",
+            Dropped::Option => "changes what commands do",
+        }
+    }
+}
+
+/// What a snapshot kept and dropped, for `:checkhealth` (one line in the snapshot file).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub options: usize,
+    pub functions: usize,
+    pub aliases: usize,
+    /// (what, why, how many): `("function", AutoloadStub, 3)`.
+    pub dropped: Vec<(&'static str, Dropped, usize)>,
+}
+
+impl Report {
+    fn drop(&mut self, what: &'static str, why: Dropped) {
+        match self.dropped.iter_mut().find(|(w, y, _)| *w == what && *y == why) {
+            Some(entry) => entry.2 += 1,
+            None => self.dropped.push((what, why, 1)),
+        }
+    }
+
+    /// One line: `kept 12 options, 30 functions, 4 aliases; dropped 2 functions (autoload
+    /// stub), 1 alias (named like a builtin or keyword)`.
+    pub fn line(&self) -> String {
+        let mut dropped = self.dropped.clone();
+        dropped.sort_by_key(|&(w, y, _)| (w, y));
+        let plural = |n: usize, w: &str| {
+            if n == 1 {
+                format!("{n} {w}")
+            } else if w == "alias" {
+                format!("{n} aliases")
+            } else {
+                format!("{n} {w}s")
+            }
+        };
+        let mut text = format!(
+            "kept {}, {}, {}",
+            plural(self.options, "option"),
+            plural(self.functions, "function"),
+            plural(self.aliases, "alias")
+        );
+        if dropped.is_empty() {
+            text.push_str("; dropped nothing");
+        } else {
+            let parts: Vec<String> = dropped
+                .iter()
+                .map(|&(w, y, n)| format!("{} ({})", plural(n, w), y.reason()))
+                .collect();
+            text.push_str(&format!("; dropped {}", parts.join(", ")));
+        }
+        text
+    }
+}
+
+/// The prefix of the report line in a snapshot file.
+const REPORT_PREFIX: &str = "# report: ";
 
 /// The rc files whose change invalidates a snapshot.
 fn rc_files(kind: ShellKind) -> Vec<PathBuf> {
@@ -87,6 +262,7 @@ fn dump_script(kind: ShellKind, out: &Path) -> String {
     match kind {
         ShellKind::Bash => format!(
             "{{ builtin shopt -p; builtin set +o; \
+             builtin compgen -b -k | while IFS= builtin read -r __ab_b; do builtin printf '#B %s\\n' \"$__ab_b\"; done; \
              for __ab_f in $(builtin compgen -A function); do \
                builtin printf '#F %s\\n' \"$__ab_f\"; builtin declare -f -- \"$__ab_f\"; done; \
              builtin printf '#A\\n'; builtin alias -p; \
@@ -94,6 +270,7 @@ fn dump_script(kind: ShellKind, out: &Path) -> String {
         ),
         ShellKind::Zsh => format!(
             "{{ builtin setopt | while read -r __ab_o; do builtin print -r -- \"setopt $__ab_o\"; done; \
+             for __ab_b in ${{(k)builtins}} ${{(k)reswords}}; do builtin print -r -- \"#B $__ab_b\"; done; \
              for __ab_f in ${{(k)functions}}; do builtin print -r -- \"#F $__ab_f\"; builtin functions -- \"$__ab_f\"; done; \
              builtin print -r -- '#A'; builtin alias -L; \
              builtin print -r -- '#P'; builtin print -r -- \"export PATH=${{(q)PATH}}\"; }} >{out} 2>/dev/null"
@@ -102,24 +279,56 @@ fn dump_script(kind: ShellKind, out: &Path) -> String {
     }
 }
 
-/// Turns the raw dump into the script sessions source: options first (completion functions need
-/// `extglob` to parse), filtered; then functions and aliases whose names are kept; then PATH.
-pub fn filter_dump(raw: &str) -> String {
+/// One function of the dump: its name and its text as the shell printed it.
+struct Function<'a> {
+    name: &'a str,
+    text: String,
+}
+
+impl Function<'_> {
+    /// The body's words (the first line, the name, left out): what it may call.
+    fn words(&self) -> impl Iterator<Item = (&str, &str)> {
+        let body = self.text.split_once('\n').map_or("", |(_, b)| b);
+        let words: Vec<&str> = body
+            .split(|c: char| c.is_whitespace() || ";|&(){}<>\"'`$".contains(c))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let prev: Vec<&str> = std::iter::once("").chain(words.iter().copied()).collect();
+        prev.into_iter().zip(words)
+    }
+
+    fn is_autoload_stub(&self) -> bool {
+        self.text.contains("builtin autoload -X")
+    }
+}
+
+/// Turns the raw dump into the script sessions source, and says what it kept and dropped.
+/// Options come first (completion functions need `extglob` to parse); then the functions, each
+/// with every function it calls or not at all; then the aliases; then PATH. Nothing may take
+/// the name of a builtin or keyword of the shell (SPEC §5, turn 3).
+pub fn filter_dump(raw: &str, kind: ShellKind) -> (String, Report) {
+    let mut report = Report::default();
     let mut options = String::new();
-    let mut functions = String::new();
-    let mut aliases = String::new();
+    let mut reserved: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut functions: Vec<Function> = Vec::new();
+    let mut alias_lines: Vec<&str> = Vec::new();
     let mut path = String::new();
     #[derive(PartialEq)]
     enum Part {
         Options,
-        Function(bool),
+        Function,
         Aliases,
         Path,
     }
     let mut part = Part::Options;
     for line in raw.lines() {
+        if let Some(name) = line.strip_prefix("#B ") {
+            reserved.insert(name.trim());
+            continue;
+        }
         if let Some(name) = line.strip_prefix("#F ") {
-            part = Part::Function(!skip_name(name.trim()));
+            part = Part::Function;
+            functions.push(Function { name: name.trim(), text: String::new() });
             continue;
         }
         if line == "#A" {
@@ -136,34 +345,190 @@ pub fn filter_dump(raw: &str) -> String {
                 let name = words.last().copied().unwrap_or("");
                 let known =
                     matches!(words.first(), Some(&"shopt") | Some(&"set") | Some(&"setopt"));
-                if known && !DROP_OPTIONS.contains(&name) {
+                if !known {
+                    continue;
+                }
+                let plain = name.to_ascii_lowercase().replace('_', "");
+                let dropped = DROP_OPTIONS.contains(&name)
+                    || (kind == ShellKind::Zsh
+                        && (DROP_OPTIONS.contains(&plain.as_str())
+                            || plain
+                                .strip_prefix("no")
+                                .is_some_and(|n| DROP_OPTIONS.contains(&n))));
+                if dropped {
+                    // bash lists every option; only one the rc turned on counts as dropped.
+                    if kind == ShellKind::Zsh
+                        || line.starts_with("set -o")
+                        || line.starts_with("shopt -s")
+                    {
+                        report.drop("option", Dropped::Option);
+                    }
+                } else {
+                    report.options += 1;
                     options.push_str(line);
                     options.push('\n');
                 }
             }
-            Part::Function(keep) => {
-                if keep {
-                    functions.push_str(line);
-                    functions.push('\n');
+            Part::Function => {
+                if let Some(f) = functions.last_mut() {
+                    f.text.push_str(line);
+                    f.text.push('\n');
                 }
             }
-            Part::Aliases => {
-                // `alias name='value'` (bash) or `name=value` (zsh `alias -L` gives `alias name=…`).
-                let body = line.strip_prefix("alias ").unwrap_or(line);
-                let body = body.strip_prefix("-- ").unwrap_or(body);
-                let name = body.split('=').next().unwrap_or("");
-                if !name.is_empty() && !skip_name(name) {
-                    aliases.push_str(line);
-                    aliases.push('\n');
-                }
-            }
+            Part::Aliases => alias_lines.push(line),
             Part::Path => {
                 path.push_str(line);
                 path.push('\n');
             }
         }
     }
-    format!("{options}{functions}{aliases}{path}")
+    // Why a function cannot be kept on its own account.
+    let by_name: HashMap<&str, usize> =
+        functions.iter().enumerate().map(|(i, f)| (f.name, i)).collect();
+    let own = |f: &Function| -> Option<Dropped> {
+        let name = f.name;
+        if reserved.contains(name) {
+            Some(Dropped::BuiltinName)
+        } else if SKIP_NAMES.contains(&name) {
+            Some(Dropped::ToolName)
+        } else if f.is_autoload_stub() {
+            Some(Dropped::AutoloadStub)
+        } else if HOOKS.contains(&name)
+            || (kind == ShellKind::Zsh
+                && name.len() > 4
+                && name.starts_with("TRAP")
+                && name[4..].bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
+        {
+            Some(Dropped::Hook)
+        } else {
+            None
+        }
+    };
+    // Calls: a body word naming a function, unless `builtin`/`command` (or a backslash) says
+    // it is not the function.
+    let calls: Vec<Vec<usize>> = functions
+        .iter()
+        .map(|f| {
+            let mut out: Vec<usize> = f
+                .words()
+                .filter(|(prev, _)| {
+                    !matches!(*prev, "builtin" | "command" | "\\builtin" | "\\command")
+                })
+                .filter_map(|(_, w)| by_name.get(w).copied())
+                .collect();
+            out.sort_unstable();
+            out.dedup();
+            out
+        })
+        .collect();
+    let unfit: Vec<Option<Dropped>> = functions.iter().map(own).collect();
+    // A root (a function the user calls by name: not `_`-prefixed) is kept with everything it
+    // reaches, unless it reaches a function that cannot be kept (a call to one named like a
+    // builtin or a tool reaches the builtin or the tool instead).
+    let mut keep = vec![false; functions.len()];
+    let mut dropped_roots: Vec<(usize, Dropped)> = Vec::new();
+    for (root, f) in functions.iter().enumerate() {
+        if f.name.starts_with('_') {
+            continue;
+        }
+        if let Some(why) = unfit[root] {
+            dropped_roots.push((root, why));
+            continue;
+        }
+        let mut seen = vec![false; functions.len()];
+        let mut stack = vec![root];
+        let mut ok = true;
+        while let Some(i) = stack.pop() {
+            // A call to one named like a builtin or tool reaches the builtin or the tool, as
+            // the agent's own commands do.
+            let plain = matches!(unfit[i], Some(Dropped::BuiltinName | Dropped::ToolName));
+            if (i != root && plain) || std::mem::replace(&mut seen[i], true) {
+                continue;
+            }
+            match unfit[i] {
+                Some(_) if i != root => {
+                    ok = false;
+                    break;
+                }
+                _ => {}
+            }
+            stack.extend(calls[i].iter().copied());
+        }
+        if ok {
+            for (i, s) in seen.iter().enumerate() {
+                keep[i] |= *s;
+            }
+        } else {
+            dropped_roots.push((root, Dropped::NeedsDropped));
+        }
+    }
+    for (_, why) in &dropped_roots {
+        report.drop("function", *why);
+    }
+    let mut script = options;
+    if kind == ShellKind::Zsh {
+        // zsh starts with aliases of its own (`run-help`, `which-command`): a function of the
+        // same name would not parse. The rc's aliases, those two included, come back below.
+        script.push_str("\\builtin unalias -m '*'\n");
+    }
+    for (i, f) in functions.iter().enumerate() {
+        if keep[i] {
+            report.functions += 1;
+            script.push_str(&f.text);
+        }
+    }
+    for line in alias_lines {
+        match keep_alias(line, kind, &reserved, &by_name, &keep) {
+            Ok(()) => {
+                report.aliases += 1;
+                script.push_str(line);
+                script.push('\n');
+            }
+            Err(why) => report.drop("alias", why),
+        }
+    }
+    script.push_str(&path);
+    (script, report)
+}
+
+/// Whether one line of `alias -p` (bash) or `alias -L` (zsh) may be kept.
+fn keep_alias(
+    line: &str,
+    kind: ShellKind,
+    reserved: &std::collections::HashSet<&str>,
+    by_name: &HashMap<&str, usize>,
+    keep: &[bool],
+) -> Result<(), Dropped> {
+    let body = line.strip_prefix("alias ").unwrap_or(line);
+    if kind == ShellKind::Zsh && (body.starts_with("-g ") || body.starts_with("-s ")) {
+        return Err(Dropped::GlobalAlias);
+    }
+    let body = body.strip_prefix("-- ").unwrap_or(body);
+    let Some((name, value)) = body.split_once('=') else { return Err(Dropped::Unreadable) };
+    let readable = !name.is_empty()
+        && !name.starts_with(['-', '_'])
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.:@%+,-".contains(c));
+    if !readable {
+        return Err(Dropped::Unreadable);
+    }
+    if reserved.contains(name) {
+        return Err(Dropped::BuiltinName);
+    }
+    if SKIP_NAMES.contains(&name) {
+        return Err(Dropped::ToolName);
+    }
+    // `alias j='z'`: the function it runs must be there.
+    let first = value
+        .trim_start_matches(['\'', '"', '\\'])
+        .split(|c: char| c.is_whitespace() || ";|&'\"".contains(c))
+        .next()
+        .unwrap_or("");
+    match by_name.get(first) {
+        Some(&i) if !keep[i] && !reserved.contains(first) && !SKIP_NAMES.contains(&first) => {
+            Err(Dropped::NeedsDropped)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Captures a snapshot synchronously (bounded by [`CAPTURE_LIMIT`]); `None` when the rc failed.
@@ -218,7 +583,8 @@ pub fn capture(
         return None;
     }
     let raw = String::from_utf8_lossy(&raw?).into_owned();
-    Some(filter_dump(&raw))
+    let (script, report) = filter_dump(&raw, kind);
+    Some(format!("{REPORT_PREFIX}{}\n{script}", report.line()))
 }
 
 /// Snapshots per shell path, refreshed when an rc file changes.
@@ -266,6 +632,14 @@ impl Snapshots {
             cache.insert(shell.to_path_buf(), (stamp, path.clone()));
         }
         path
+    }
+
+    /// What the snapshot of `shell` kept and dropped ([`Report::line`]), once it was taken;
+    /// `None` before, or when the rc gave none.
+    pub fn report(&self, shell: &Path) -> Option<String> {
+        let path = self.cache.lock().ok()?.get(shell)?.1.clone()?;
+        let text = std::fs::read_to_string(path).ok()?;
+        text.lines().find_map(|l| l.strip_prefix(REPORT_PREFIX)).map(str::to_string)
     }
 
     /// Where the on-disk copy for `shell` lives: one file per shell path and home directory.
@@ -329,13 +703,52 @@ mod tests {
     #[test]
     fn filter_orders_and_drops() {
         let raw = "shopt -s extglob\nshopt -u histappend\nset -o errexit\nset +o monitor\nset -o pipefail\n\
+#B cd\n#B echo\n#B [[\n\
 #F _comp\n_comp () \n{ \n  :\n}\n#F greet\ngreet () \n{ \n  echo hi\n}\n#F ls\nls () \n{ \n  command ls -G\n}\n\
-#A\nalias ll='ls -l'\nalias grep='grep --color'\nalias _x='y'\n#P\nexport PATH=/bin\n";
-        let out = filter_dump(raw);
+#F cd\ncd () \n{ \n  __z \"$@\"\n}\n#F __z\n__z () \n{ \n  _zh; \\builtin cd \"$@\"\n}\n#F _zh\n_zh () \n{ \n  :\n}\n\
+#F j\nj () \n{ \n  __z \"$@\"\n}\n#F k\nk () \n{ \n  cd \"$@\"\n}\n#F diff\ndiff () \n{ \n  builtin autoload -XUz\n}\n\
+#A\nalias ll='ls -l'\nalias grep='grep --color'\nalias _x='y'\nalias -- -='cd -'\nalias echo='echo x'\nalias dd='diff'\n#P\nexport PATH=/bin\n";
+        let (out, report) = filter_dump(raw, ShellKind::Bash);
         assert_eq!(
             out,
             "shopt -s extglob\nshopt -u histappend\nset -o pipefail\ngreet () \n{ \n  echo hi\n}\n\
-alias ll='ls -l'\nexport PATH=/bin\n"
+__z () \n{ \n  _zh; \\builtin cd \"$@\"\n}\n_zh () \n{ \n  :\n}\nj () \n{ \n  __z \"$@\"\n}\n\
+k () \n{ \n  cd \"$@\"\n}\nalias ll='ls -l'\nexport PATH=/bin\n"
         );
+        assert_eq!(
+            report.line(),
+            "kept 3 options, 5 functions, 1 alias; dropped 1 alias (named like a builtin or \
+             keyword), 1 alias (named like a common tool), 1 alias (needs a dropped function), \
+             2 aliases (name the shell cannot re-read), 1 function (named like a builtin or \
+             keyword), 1 function (named like a common tool), 1 function (autoload stub), \
+             1 option (changes what commands do)"
+        );
+        assert_eq!((report.options, report.functions, report.aliases), (3, 5, 1));
+        let count = |what: &str, why: Dropped| {
+            report.dropped.iter().find(|(w, y, _)| *w == what && *y == why).map_or(0, |e| e.2)
+        };
+        assert_eq!(count("option", Dropped::Option), 1); // errexit (monitor was off)
+        assert_eq!(count("function", Dropped::BuiltinName), 1); // cd
+        assert_eq!(count("function", Dropped::ToolName), 1); // ls
+        assert_eq!(count("function", Dropped::AutoloadStub), 1); // diff
+                                                                 // k calls cd, which is then the builtin.
+        assert_eq!(count("function", Dropped::NeedsDropped), 0);
+        assert_eq!(count("alias", Dropped::ToolName), 1); // grep
+        assert_eq!(count("alias", Dropped::Unreadable), 2); // _x, -
+        assert_eq!(count("alias", Dropped::BuiltinName), 1); // echo
+        assert_eq!(count("alias", Dropped::NeedsDropped), 1); // dd runs the dropped diff
+    }
+
+    #[test]
+    fn zsh_drops_global_aliases_hooks_and_options_either_way() {
+        let raw = "setopt noclobber\nsetopt extendedglob\nsetopt nonomatch\nsetopt interactivecomments\n\
+#B cd\n#F chpwd\nchpwd () {\n\tls\n}\n#F TRAPEXIT\nTRAPEXIT () {\n\techo bye\n}\n#F take\ntake () {\n\tmkdir -p $1\n}\n\
+#A\nalias -g ...=../..\nalias -s txt=cat\nalias md='mkdir -p'\n#P\n";
+        let (out, report) = filter_dump(raw, ShellKind::Zsh);
+        assert_eq!(
+            out,
+            "setopt interactivecomments\n\\builtin unalias -m '*'\ntake () {\n\tmkdir -p $1\n}\nalias md='mkdir -p'\n"
+        );
+        assert_eq!((report.options, report.functions, report.aliases), (1, 1, 1));
     }
 }

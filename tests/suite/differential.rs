@@ -247,6 +247,13 @@ pub(crate) const CORPUS: &[(&str, u8)] = &[
     ("set -u; echo ${NOPE_UNSET:-guarded}", PTY),
 ];
 
+in_each_shell!(
+    differential_corpus_pipe_path,
+    differential_corpus_one_session,
+    differential_corpus_pty_path,
+    differential_sequences_keep_state_and_survive_errors,
+);
+
 /// Sequences on one shell session: state carries over, and a broken command fails alone.
 pub(crate) const SEQUENCES: &[&[&str]] = &[
     &["x=5", "echo $x", "x=$((x+1)); echo $x"],
@@ -272,6 +279,8 @@ pub(crate) const SEQUENCES: &[&[&str]] = &[
 /// A runtime whose shells and the oracle share one environment: a private HOME (no rc), a private
 /// state dir.
 struct Bench {
+    /// The session's shell, and the oracle's (`bash -c`, `zsh -c`).
+    shell: &'static str,
     rt: Runtime,
     env: Vec<(OsString, OsString)>,
     work: tempfile::TempDir,
@@ -279,28 +288,48 @@ struct Bench {
 }
 
 fn bench() -> Bench {
+    bench_in("/bin/bash")
+}
+
+fn bench_in(shell: &'static str) -> Bench {
     let state = tempfile::tempdir().unwrap();
     let home = state.path().join("home");
     std::fs::create_dir(&home).unwrap();
     let work = tempfile::tempdir().unwrap();
     std::fs::write(work.path().join("file.txt"), "alpha\nbeta\ngamma\n").unwrap();
     let mut settings = Settings {
-        shell: Some("/bin/bash".into()),
+        shell: Some(shell.into()),
         state_dir: Some(state.path().join("state")),
         ..Settings::default()
     };
     settings.env.insert("HOME".into(), home.to_string_lossy().into_owned());
-    let env = agent_bash::exec::command_env(&settings, Path::new("/bin/bash"));
+    let env = agent_bash::exec::command_env(&settings, Path::new(shell));
     let rt =
         Runtime::new(settings, state.path().join("session"), work.path().to_path_buf()).unwrap();
-    Bench { rt, env, work, _state: state }
+    Bench { shell, rt, env, work, _state: state }
 }
 
-/// What `bash -c SCRIPT` prints (stdout and stderr on one pipe, stdin /dev/null) and its status,
-/// with the script's extra environment.
+impl Bench {
+    fn zsh(&self) -> bool {
+        self.shell.ends_with("/zsh")
+    }
+
+    /// The runtime's normalization for this shell.
+    fn normalize(&self, command: &str, pty: bool) -> agent_bash::normalize::Normalized {
+        let dialect = agent_bash::normalize::Dialect::of(Path::new(self.shell));
+        agent_bash::normalize::normalize_in(dialect, command, None, None, pty)
+    }
+}
+
+/// What `bash -c SCRIPT` (`zsh -c SCRIPT` for a zsh bench) prints (stdout and stderr on one
+/// pipe, stdin /dev/null) and its status, with the script's extra environment.
 fn bash_c(b: &Bench, script: &str, extra: &[(&str, &str)]) -> (String, i32) {
+    use std::os::unix::process::CommandExt;
     let (mut reader, writer) = std::io::pipe().unwrap();
-    let mut cmd = std::process::Command::new("bash");
+    let mut cmd = std::process::Command::new(if b.zsh() { b.shell } else { "bash" });
+    if b.zsh() {
+        cmd.arg0("zsh");
+    }
     cmd.arg("-c")
         .arg(script)
         .env_clear()
@@ -329,8 +358,25 @@ fn sanitized(raw: &[u8]) -> String {
     out
 }
 
-/// The oracle for one corpus case.
+/// The oracle for one corpus case. A zsh session prints `zsh -c`'s syntax errors (no [`EVAL`]
+/// difference) and, as a zsh script file does, runs each line once the one before it ran: an
+/// alias defined on a line applies to the next ([`ALIASES`]; `zsh -c` parses all lines first).
 fn oracle(b: &Bench, command: &str, flags: u8) -> (String, i32) {
+    if b.zsh() {
+        let (out, code) = if flags & ALIASES != 0 {
+            let file = b.work.path().join("zsh");
+            std::fs::write(&file, command).unwrap();
+            let r = bash_c(b, "source ./zsh", &[]);
+            std::fs::remove_file(&file).unwrap();
+            r
+        } else {
+            bash_c(b, command, &[])
+        };
+        if flags & PRODUCER != 0 {
+            return (out, bash_c(b, &b.normalize(command, false).command, &[]).1);
+        }
+        return (out, code);
+    }
     let mut script = String::new();
     if flags & ALIASES != 0 {
         script.push_str("shopt -s expand_aliases\n");
@@ -383,10 +429,9 @@ impl Differences {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn differential_corpus_pipe_path() {
+async fn differential_corpus_pipe_path(shell: &'static str) {
     assert!(CORPUS.len() >= 150, "the corpus has {} commands", CORPUS.len());
-    let b = bench();
+    let b = bench_in(shell);
     let mut diffs = Differences::default();
     for &(command, flags) in CORPUS {
         // A fresh session key per command: every command starts from the state `bash -c` has.
@@ -400,11 +445,10 @@ async fn differential_corpus_pipe_path() {
     diffs.assert_none();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn differential_corpus_one_session() {
+async fn differential_corpus_one_session(shell: &'static str) {
     // The whole corpus on ONE shell session, in order: no command may break the next one. The
     // oracle for each runs in a fresh `bash -c`, so state-changing commands are skipped here.
-    let b = bench();
+    let b = bench_in(shell);
     let mut diffs = Differences::default();
     let stateful = ["cd ", "set ", "exec", "alias", "shopt -s", "declare", "export", "x=", "trap"];
     for &(command, flags) in CORPUS {
@@ -420,16 +464,14 @@ async fn differential_corpus_one_session() {
     diffs.assert_none();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn differential_corpus_pty_path() {
-    let b = bench();
+async fn differential_corpus_pty_path(shell: &'static str) {
+    let b = bench_in(shell);
     let mut diffs = Differences::default();
     let cases: Vec<_> = CORPUS.iter().filter(|(_, f)| f & PTY != 0).collect();
     assert!(cases.len() >= 100, "{} PTY cases", cases.len());
     for &&(command, flags) in &cases {
         // A PTY keeps a head-only stage (SPEC §1): then bash's own status is the one reported.
-        let stripped =
-            !agent_bash::normalize::normalize_pty(command, None, None).rewrites.is_empty();
+        let stripped = !b.normalize(command, true).rewrites.is_empty();
         let flags = if stripped { flags } else { flags & !PRODUCER };
         let (out, code) = oracle(&b, command, flags);
         let want = (as_terminal(&out), code);
@@ -441,9 +483,8 @@ async fn differential_corpus_pty_path() {
     diffs.assert_none();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn differential_sequences_keep_state_and_survive_errors() {
-    let b = bench();
+async fn differential_sequences_keep_state_and_survive_errors(shell: &'static str) {
+    let b = bench_in(shell);
     let mut diffs = Differences::default();
     for (n, steps) in SEQUENCES.iter().enumerate() {
         let key = format!("seq-{n}");
@@ -456,6 +497,9 @@ async fn differential_sequences_keep_state_and_survive_errors() {
                 let name = format!("DIFF_S{i}");
                 if i < k {
                     script.push_str(&format!("eval \"${name}\" >/dev/null 2>&1 </dev/null; "));
+                } else if b.zsh() {
+                    // zsh: the step as written, as `zsh -c` runs it (see [`oracle`]).
+                    script.push_str(steps[i]);
                 } else {
                     script.push_str(&format!("eval \"${name}\""));
                 }

@@ -1,6 +1,22 @@
 //! Integration suites, one file per area.
 
 mod agents;
+/// Each listed test, `async fn name(shell: &str)`, runs in bash and in zsh (SPEC §5: the user's
+/// shell is either): as `<file>::bash::name` and `<file>::zsh::name`, the zsh oracle being
+/// `zsh -c` where the bash one is `bash -c`.
+macro_rules! in_each_shell {
+    ($($name:ident),* $(,)?) => {
+        mod bash {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+              async fn $name() { super::$name("/bin/bash").await })*
+        }
+        mod zsh {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+              async fn $name() { super::$name(crate::suite::support::ZSH).await })*
+        }
+    };
+}
+
 mod changes;
 mod differential;
 mod editor;

@@ -18,8 +18,12 @@ use super::support::{eventually, procs_with_env, BIN};
 const WAIT: Duration = Duration::from_secs(15);
 
 fn runtime(settings: Settings) -> (Arc<Runtime>, tempfile::TempDir) {
+    runtime_in("/bin/bash", settings)
+}
+
+fn runtime_in(shell: &str, settings: Settings) -> (Arc<Runtime>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let settings = Settings { shell: Some("/bin/bash".into()), ..settings };
+    let settings = Settings { shell: Some(shell.into()), ..settings };
     let rt = Runtime::new(settings, dir.path().join("session"), dir.path().to_path_buf()).unwrap();
     (Arc::new(rt), dir)
 }
@@ -82,6 +86,18 @@ impl View {
     }
 }
 
+in_each_shell!(
+    pty_size_is_clamped_and_follows_resize,
+    pty_text_is_the_rendered_screen,
+    pty_timeout_is_annotated,
+    pty_aliases_from_the_snapshot_work,
+);
+
+#[tokio::test]
+async fn pty_leftover_process_is_killed_soon_after_exit_bash() {
+    pty_leftover_process_is_killed_soon_after_exit("/bin/bash").await
+}
+
 async fn run(rt: &Arc<Runtime>, command: &str) -> BashResult {
     let r = rt.run_pty(request(command, None), CancellationToken::new(), None, PtyHooks::default());
     tokio::time::timeout(WAIT, r).await.expect("PTY run ended").unwrap()
@@ -130,9 +146,8 @@ async fn pty_kitty_release_produces_no_bytes() {
     assert!(r.output.contains("got=$'\\002'"), "{r:?}");
 }
 
-#[tokio::test]
-async fn pty_size_is_clamped_and_follows_resize() {
-    let (rt, _dir) = runtime(Settings::default());
+async fn pty_size_is_clamped_and_follows_resize(shell: &str) {
+    let (rt, _dir) = runtime_in(shell, Settings::default());
     let cmd = "trap 'stty size; exit 0' WINCH; stty size; echo ready; while :; do sleep 0.05; done";
     let view = View::start(&rt, request(cmd, None), Some(TermSize { cols: 10, rows: 2 }));
     view.wait_for("ready").await;
@@ -142,9 +157,8 @@ async fn pty_size_is_clamped_and_follows_resize() {
     assert_eq!(r.exit_code, Some(0));
 }
 
-#[tokio::test]
-async fn pty_text_is_the_rendered_screen() {
-    let (rt, _dir) = runtime(Settings::default());
+async fn pty_text_is_the_rendered_screen(shell: &str) {
+    let (rt, _dir) = runtime_in(shell, Settings::default());
     assert_eq!(run(&rt, "printf '10%%\\r55%%\\r100%%\\n'").await.output, "100%\n");
     assert_eq!(run(&rt, "printf 'aaaa\\e[1Gbb\\n'").await.output, "bbaa\n");
     assert_eq!(run(&rt, "printf 'old\\n\\e[2J\\e[Hnew\\n'").await.output, "new\n");
@@ -159,9 +173,8 @@ async fn pty_text_is_the_rendered_screen() {
     assert_eq!((r.output.as_str(), r.exit_code), ("out\n\nCommand exited with code 3", Some(3)));
 }
 
-#[tokio::test]
-async fn pty_timeout_is_annotated() {
-    let (rt, _dir) = runtime(Settings::default());
+async fn pty_timeout_is_annotated(shell: &str) {
+    let (rt, _dir) = runtime_in(shell, Settings::default());
     let r = rt
         .run_pty(
             request("echo started; sleep 100", Some(1.0)),
@@ -175,9 +188,8 @@ async fn pty_timeout_is_annotated() {
     assert!(r.timed_out && r.cancelled && r.exit_code.is_none());
 }
 
-#[tokio::test]
-async fn pty_leftover_process_is_killed_soon_after_exit() {
-    let (rt, _dir) = runtime(Settings::default());
+async fn pty_leftover_process_is_killed_soon_after_exit(shell: &str) {
+    let (rt, _dir) = runtime_in(shell, Settings::default());
     run(&rt, "true").await; // the rc snapshot is taken once; do not time it
     let mark = format!("AGENT_BASH_TEST_LEFTOVER={}", std::process::id());
     // As asked: the job dies with the terminal's hangup, or is killed.
@@ -262,11 +274,15 @@ async fn pty_selection_goes_through_run() {
 }
 
 fn exec_pty(home: Option<&std::path::Path>, command: &str) -> std::process::Output {
+    exec_pty_in("/bin/bash", home, command)
+}
+
+fn exec_pty_in(shell: &str, home: Option<&std::path::Path>, command: &str) -> std::process::Output {
     let state = tempfile::tempdir().unwrap();
     let cfg = state.path().join("c.toml");
     std::fs::write(
         &cfg,
-        format!("state_dir = {:?}\nshell = \"/bin/bash\"\n", state.path().to_str().unwrap()),
+        format!("state_dir = {:?}\nshell = {shell:?}\n", state.path().to_str().unwrap()),
     )
     .unwrap();
     let mut cmd = std::process::Command::new(BIN);
@@ -288,11 +304,11 @@ async fn pty_exec_binary_prints_model_text() {
     assert_eq!(out.status.code(), Some(0));
 }
 
-#[tokio::test]
-async fn pty_aliases_from_the_snapshot_work() {
+async fn pty_aliases_from_the_snapshot_work(shell: &str) {
     let home = tempfile::tempdir().unwrap();
-    std::fs::write(home.path().join(".bashrc"), "alias greet='echo alias works'\n").unwrap();
-    let out = exec_pty(Some(home.path()), "greet");
+    let rc = if shell.ends_with("zsh") { ".zshrc" } else { ".bashrc" };
+    std::fs::write(home.path().join(rc), "alias greet='echo alias works'\n").unwrap();
+    let out = exec_pty_in(shell, Some(home.path()), "greet");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "alias works\n");
 }
 

@@ -7,8 +7,13 @@ use agent_bash::shell::local::{Ending, Shell, ShellConfig};
 use tokio_util::sync::CancellationToken;
 
 pub fn config(dir: &Path) -> ShellConfig {
+    config_for(dir, "/bin/bash")
+}
+
+/// A session of `shell` (a path) with the test's environment.
+pub fn config_for(dir: &Path, shell: &str) -> ShellConfig {
     ShellConfig {
-        shell: "/bin/bash".into(),
+        shell: shell.into(),
         env: std::env::vars_os().collect(),
         prefix: vec![],
         snapshot: None,
@@ -33,10 +38,40 @@ async fn run(shell: &mut Shell, cmd: &str, timeout: Option<Duration>) -> (Ending
     (end.ending, String::from_utf8_lossy(&out).into_owned())
 }
 
-#[tokio::test]
-async fn shell_keeps_state_and_reports_status() {
+in_each_shell!(
+    shell_keeps_state_and_reports_status,
+    shell_background_job_returns_quickly,
+    shell_timeout_kills_tree_including_setsid,
+    shell_that_stops_executing_is_lost_not_waited_on,
+    shell_set_n_through_the_runtime_restarts_the_session,
+    shell_unterminated_constructs_fail_alone,
+);
+
+/// What the shell prints (both streams, in /tmp) for `cmd` and its status: `zsh -c CMD`; for
+/// bash `bash -c 'eval "$CMD"'`, since a bash session names `eval` in syntax errors (README).
+fn shell_c(shell: &str, cmd: &str) -> (String, i32) {
+    use std::os::unix::process::CommandExt;
+    let name = Path::new(shell).file_name().unwrap().to_string_lossy().into_owned();
+    let script = if name == "bash" { "eval \"$C\"" } else { cmd };
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let mut c = std::process::Command::new(shell);
+    c.arg0(&name)
+        .args(["-c", script])
+        .env("C", cmd)
+        .current_dir("/tmp")
+        .stdin(std::process::Stdio::null())
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer);
+    let mut child = c.spawn().unwrap();
+    drop(c);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut out).unwrap();
+    (out, child.wait().unwrap().code().unwrap_or(-1))
+}
+
+async fn shell_keeps_state_and_reports_status(shell: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let mut sh = Shell::spawn(&config(dir.path())).await.unwrap();
+    let mut sh = Shell::spawn(&config_for(dir.path(), shell)).await.unwrap();
     assert_eq!(
         run(&mut sh, "export FOO=bar; f() { echo fn-$1; }; alias hi='echo alias'", None).await.0,
         Ending::Done(0)
@@ -49,16 +84,18 @@ async fn shell_keeps_state_and_reports_status() {
         run(&mut sh, "echo out; echo err >&2; false", None).await,
         (Ending::Done(1), "out\nerr\n".into())
     );
-    assert_eq!(run(&mut sh, "if then fi", None).await.0, Ending::Done(2));
+    assert_eq!(
+        run(&mut sh, "if then fi", None).await.0,
+        Ending::Done(shell_c(shell, "if then fi").1)
+    );
     assert_eq!(run(&mut sh, "echo $FOO", None).await.1, "bar\n");
     assert_eq!(run(&mut sh, "pwd", None).await.1, "/tmp\n");
     assert_eq!(run(&mut sh, "exit 3", None).await.0, Ending::ShellExited(Some(3)));
 }
 
-#[tokio::test]
-async fn shell_background_job_returns_quickly() {
+async fn shell_background_job_returns_quickly(shell: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let mut sh = Shell::spawn(&config(dir.path())).await.unwrap();
+    let mut sh = Shell::spawn(&config_for(dir.path(), shell)).await.unwrap();
     let t = Instant::now();
     let (end, out) = run(&mut sh, "{ sleep 5; } & echo fg", None).await;
     assert_eq!((end, out.as_str()), (Ending::Done(0), "fg\n"));
@@ -66,10 +103,9 @@ async fn shell_background_job_returns_quickly() {
     sh.kill().await;
 }
 
-#[tokio::test]
-async fn shell_timeout_kills_tree_including_setsid() {
+async fn shell_timeout_kills_tree_including_setsid(shell: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path());
+    let cfg = config_for(dir.path(), shell);
     let mut sh = Shell::spawn(&cfg).await.unwrap();
     let (end, out) = run(
         &mut sh,
@@ -85,20 +121,18 @@ async fn shell_timeout_kills_tree_including_setsid() {
 /// `set -n` turns execution off for good in a non-interactive shell: the session must say the
 /// shell is lost (and be replaced) instead of waiting for the timeout, and output before it
 /// still arrives.
-#[tokio::test]
-async fn shell_that_stops_executing_is_lost_not_waited_on() {
+async fn shell_that_stops_executing_is_lost_not_waited_on(shell: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let mut sh = Shell::spawn(&config(dir.path())).await.unwrap();
+    let mut sh = Shell::spawn(&config_for(dir.path(), shell)).await.unwrap();
     let (ending, out) =
         run(&mut sh, "echo before; set -n; echo after", Some(Duration::from_secs(60))).await;
     assert_eq!((ending, out.as_str()), (Ending::ShellExited(None), "before\n"));
 }
 
-#[tokio::test]
-async fn shell_set_n_through_the_runtime_restarts_the_session() {
+async fn shell_set_n_through_the_runtime_restarts_the_session(shell: &str) {
     use agent_bash::exec::{Origin, Request, Runtime, Settings};
     let dir = tempfile::tempdir().unwrap();
-    let settings = Settings { shell: Some("/bin/bash".into()), ..Default::default() };
+    let settings = Settings { shell: Some(shell.into()), ..Default::default() };
     let rt = Runtime::new(settings, dir.path().join("s"), dir.path().to_path_buf()).unwrap();
     let req = |c: &str| Request {
         origin: Origin::Tool,
@@ -111,6 +145,22 @@ async fn shell_set_n_through_the_runtime_restarts_the_session() {
     assert!(!r.timed_out && r.is_error, "{}", r.output);
     let r = rt.run(req("echo ok"), cancel(), None).await.unwrap();
     assert_eq!((r.output.as_str(), r.shell_restarted), ("ok\n", true));
+}
+
+/// SPEC §5: an unterminated quote, backtick, `$(`, heredoc or `if` fails alone, with the
+/// shell's own message and status, and the next command runs in the same shell.
+async fn shell_unterminated_constructs_fail_alone(shell: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sh = Shell::spawn(&config_for(dir.path(), shell)).await.unwrap();
+    run(&mut sh, "kept=yes", None).await;
+    for cmd in
+        ["echo 'x", "echo \"x", "echo `x", "echo $(x", "if true; then echo x", "echo a\necho \"b"]
+    {
+        let (end, out) = run(&mut sh, cmd, None).await;
+        let want = shell_c(shell, cmd);
+        assert_eq!((out, end), (want.0, Ending::Done(want.1)), "{shell}: {cmd:?}");
+        assert_eq!(run(&mut sh, "echo $kept", None).await.1, "yes\n", "{shell}: after {cmd:?}");
+    }
 }
 
 /// Bash 5.2 does not recover from input that ends inside `$(`: after `eval 'echo $(x'` its next

@@ -248,3 +248,6 @@ pub fn unique_sleep() -> String {
     let n = N.fetch_add(1, Ordering::Relaxed);
     format!("1000.{}{:04}", std::process::id(), n)
 }
+
+/// Debian's zsh, which scripts/test.sh installs: the suites that run in both shells use it.
+pub const ZSH: &str = "/usr/bin/zsh";
