@@ -592,20 +592,16 @@ impl Runtime {
     pub async fn shell_report(&self) -> ShellReport {
         let shell = self.shell_cfg.shell.clone();
         let kind = shell::ShellKind::of(&shell);
-        let path = shell.clone();
-        let version = tokio::task::spawn_blocking(move || {
-            let out = std::process::Command::new(&path)
-                .arg("--version")
-                .stdin(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .output()
-                .ok()?;
-            let text = String::from_utf8_lossy(&out.stdout);
-            text.lines().next().map(str::to_string)
-        })
-        .await
-        .ok()
-        .flatten();
+        let version = tokio::process::Command::new(&shell)
+            .arg("--version")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .await
+            .ok()
+            .and_then(|out| {
+                String::from_utf8_lossy(&out.stdout).lines().next().map(str::to_string)
+            });
         let snapshot = match kind {
             shell::ShellKind::Posix => "none: only bash and zsh rc files are read".to_string(),
             _ => match self.snapshot().await {
