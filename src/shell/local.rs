@@ -35,7 +35,10 @@
 //! prints), and at top level of a sourced file `declare`, `local` and `$1` mean what they mean
 //! in `bash -c` (a function would make `declare` local and take `return`). Only syntax errors
 //! differ from `bash -c`: bash names the `eval` (`bash: eval: line 1: …`) where it names `-c`.
-//! Other shells (zsh, POSIX sh) get the same protocol inline.
+//! zsh runs each command from a driver file named `zsh` the same way ([`super::zsh`]: the
+//! command's text is written into it, parse-checked first); its protocol line sources `cmd`
+//! and writes the status with the token exactly as bash's does. Other POSIX shells get the
+//! same protocol inline.
 //!
 //! `exit`, `exec` and crashes end the shell process; the session notices through its stdout's
 //! EOF and the child's exit status, and the next command starts a fresh shell. A status FIFO

@@ -11,14 +11,14 @@ use agent_bash::exec::{Origin, Request, Runtime};
 use agent_bash::result::BashResult;
 use tokio_util::sync::CancellationToken;
 
-/// A runtime on bash with its own state directory and shells' `TMPDIR`.
-fn runtime(mut settings: Settings) -> (Arc<Runtime>, tempfile::TempDir) {
+/// A runtime on `shell` with its own state directory and shells' `TMPDIR`.
+fn runtime_in(shell: &str, mut settings: Settings) -> (Arc<Runtime>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let tmp = dir.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     settings.env.insert("TMPDIR".into(), tmp.to_str().unwrap().into());
     settings.state_dir = Some(dir.path().join("state"));
-    let settings = Settings { shell: Some("/bin/bash".into()), ..settings };
+    let settings = Settings { shell: Some(shell.into()), ..settings };
     let rt = Runtime::new(settings, dir.path().join("session"), dir.path().to_path_buf()).unwrap();
     (Arc::new(rt), dir)
 }
@@ -35,15 +35,20 @@ async fn call(rt: &Runtime, cwd: &Path, command: &str, timeout: f64) -> BashResu
 }
 
 /// Writes forged status lines (the format of every version so far: `D <seq> <status>`, for the
-/// first 200 sequence numbers, and bare statuses) on every descriptor 3–63 the shell has open.
+/// first 200 sequence numbers, and bare statuses) on every descriptor 3–63 the shell has open,
+/// in zsh also with `print -u`, which reaches the copies zsh keeps of redirected descriptors.
 const FORGE: &str = "for __fd in $(seq 3 63); do [ -e /proc/$$/fd/$__fd ] || continue; \
-     for __s in $(seq 1 200); do printf 'D %d 0\\nD %d 7\\n0\\n' $__s $__s >&$__fd; done; \
+     for __s in $(seq 1 200); do printf 'D %d 0\\nD %d 7\\n0\\n' $__s $__s >&$__fd; \
+     [ -n \"$ZSH_VERSION\" ] && print -u $__fd -r -- \"D $__s 0\"; done; \
      done 2>/dev/null";
 
-#[tokio::test]
-async fn forged_status_lines_neither_end_the_call_nor_touch_the_next() {
+in_each_shell!(forged_status_lines_neither_end_the_call_nor_touch_the_next);
+
+/// zsh builtins reach every descriptor the shell holds, its saved copies of redirected ones
+/// (`print -u N`, `>&N`) included: none of them may carry a status.
+async fn forged_status_lines_neither_end_the_call_nor_touch_the_next(shell: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (rt, _d) = runtime(Settings::default());
+    let (rt, _d) = runtime_in(shell, Settings::default());
     // Warm the session up, so sequence numbers are under way.
     assert_eq!(call(&rt, dir.path(), "true", 10.0).await.exit_code, Some(0));
 
