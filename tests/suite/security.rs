@@ -12,7 +12,7 @@ use agent_bash::result::BashResult;
 use tokio_util::sync::CancellationToken;
 
 /// A runtime on `shell` with its own state directory and shells' `TMPDIR`.
-fn runtime_in(shell: &str, mut settings: Settings) -> (Arc<Runtime>, tempfile::TempDir) {
+fn runtime_on(shell: &str, mut settings: Settings) -> (Arc<Runtime>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let tmp = dir.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
@@ -48,7 +48,7 @@ in_each_shell!(forged_status_lines_neither_end_the_call_nor_touch_the_next);
 /// (`print -u N`, `>&N`) included: none of them may carry a status.
 async fn forged_status_lines_neither_end_the_call_nor_touch_the_next(shell: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (rt, _d) = runtime_in(shell, Settings::default());
+    let (rt, _d) = runtime_on(shell, Settings::default());
     // Warm the session up, so sequence numbers are under way.
     assert_eq!(call(&rt, dir.path(), "true", 10.0).await.exit_code, Some(0));
 
