@@ -2,9 +2,11 @@
 //!
 //! An agent's shell must feel like the user's (their aliases and functions work) without the
 //! parts of an interactive setup that break automation (prompts, `set -e`, job control). So the
-//! rc is run once per shell path in an interactive shell with stdin /dev/null and stderr
-//! discarded, under [`CAPTURE_LIMIT`]; what it defined is written to a script that every new
-//! session sources. A failed or hung rc gives no snapshot, never a failed command.
+//! rc is run once per shell path in an interactive shell (zsh: an interactive login shell, so
+//! `.zshenv`, `.zprofile`, `.zshrc` and `.zlogin` are read in their order) with stdin
+//! /dev/null and stderr discarded, under [`CAPTURE_LIMIT`]; what it defined is written to a
+//! script that every new session sources. A failed or hung rc gives no snapshot, never a
+//! failed command.
 
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
@@ -243,7 +245,7 @@ fn rc_files(kind: ShellKind) -> Vec<PathBuf> {
     let Some(home) = dirs::home_dir() else { return Vec::new() };
     let names: &[&str] = match kind {
         ShellKind::Bash => &[".bashrc", ".bash_profile", ".bash_aliases", ".profile"],
-        ShellKind::Zsh => &[".zshrc", ".zshenv", ".zprofile"],
+        ShellKind::Zsh => &[".zshrc", ".zshenv", ".zprofile", ".zlogin"],
         ShellKind::Posix => &[],
     };
     names.iter().map(|n| home.join(n)).collect()
@@ -269,7 +271,8 @@ fn dump_script(kind: ShellKind, out: &Path) -> String {
              builtin printf '#P\\nexport PATH=%q\\n' \"$PATH\"; }} >{out} 2>/dev/null"
         ),
         ShellKind::Zsh => format!(
-            "{{ builtin setopt | while read -r __ab_o; do builtin print -r -- \"setopt $__ab_o\"; done; \
+            "{{ builtin zmodload -L; \
+             builtin setopt | while read -r __ab_o; do builtin print -r -- \"setopt $__ab_o\"; done; \
              for __ab_b in ${{(k)builtins}} ${{(k)reswords}}; do builtin print -r -- \"#B $__ab_b\"; done; \
              for __ab_f in ${{(k)functions}}; do builtin print -r -- \"#F $__ab_f\"; builtin functions -- \"$__ab_f\"; done; \
              builtin print -r -- '#A'; builtin alias -L; \
@@ -341,6 +344,14 @@ pub fn filter_dump(raw: &str, kind: ShellKind) -> (String, Report) {
         }
         match part {
             Part::Options => {
+                // Modules the rc loaded (oh-my-zsh's functions read `$langinfo`), before the
+                // functions that use them.
+                if let Some(module) = line.strip_prefix("zmodload ") {
+                    if kind == ShellKind::Zsh && module != "zsh/main" && !module.starts_with('-') {
+                        options.push_str(&format!("zmodload {module}\n"));
+                    }
+                    continue;
+                }
                 let words: Vec<&str> = line.split_whitespace().collect();
                 let name = words.last().copied().unwrap_or("");
                 let known =
@@ -546,6 +557,10 @@ pub fn capture(
     let script = dump_script(kind, &raw_path);
     let group = procs::Group::new(false);
     let mut cmd = std::process::Command::new(shell);
+    // zsh as a login shell, as a terminal starts it: `.zprofile` (and `.zlogin`) too.
+    if kind == ShellKind::Zsh {
+        cmd.arg("-l");
+    }
     cmd.arg("-i")
         .arg("-c")
         .arg(&script)
@@ -741,13 +756,13 @@ k () \n{ \n  cd \"$@\"\n}\nalias ll='ls -l'\nexport PATH=/bin\n"
 
     #[test]
     fn zsh_drops_global_aliases_hooks_and_options_either_way() {
-        let raw = "setopt noclobber\nsetopt extendedglob\nsetopt nonomatch\nsetopt interactivecomments\n\
+        let raw = "zmodload zsh/main\nzmodload zsh/langinfo\nsetopt noclobber\nsetopt extendedglob\nsetopt nonomatch\nsetopt interactivecomments\n\
 #B cd\n#F chpwd\nchpwd () {\n\tls\n}\n#F TRAPEXIT\nTRAPEXIT () {\n\techo bye\n}\n#F take\ntake () {\n\tmkdir -p $1\n}\n\
 #A\nalias -g ...=../..\nalias -s txt=cat\nalias md='mkdir -p'\n#P\n";
         let (out, report) = filter_dump(raw, ShellKind::Zsh);
         assert_eq!(
             out,
-            "setopt interactivecomments\n\\builtin unalias -m '*'\ntake () {\n\tmkdir -p $1\n}\nalias md='mkdir -p'\n"
+            "zmodload zsh/langinfo\nsetopt interactivecomments\n\\builtin unalias -m '*'\ntake () {\n\tmkdir -p $1\n}\nalias md='mkdir -p'\n"
         );
         assert_eq!((report.options, report.functions, report.aliases), (1, 1, 1));
     }

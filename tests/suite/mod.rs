@@ -31,6 +31,7 @@ mod nvim;
 mod nvim_faults;
 mod pipeline;
 mod pty;
+mod rc;
 mod receipt;
 mod remote;
 mod rescue;
