@@ -424,6 +424,51 @@ async fn nvim_checkhealth_reports_versions_and_ping() {
 }
 
 #[tokio::test]
+async fn nvim_checkhealth_names_the_shell_and_what_its_snapshot_dropped() {
+    // zsh, with an rc whose `cd` alias and autoload stub the snapshot drops.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join(".zshrc"),
+        "alias cd='echo no'\nalias ll='ls -l'\ndiff() { builtin autoload -XUz; }\n",
+    )
+    .unwrap();
+    let env = [("HOME", home.path().to_str().unwrap()), ("SHELL", super::support::ZSH)];
+    let ed = Editor::start_with(false, env!("CARGO_MANIFEST_DIR"), &env).await;
+    ed.cmd("checkhealth agent_bash").await;
+    let text =
+        ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
+    let text = text.as_str().unwrap();
+    let out = std::process::Command::new(super::support::ZSH).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&out.stdout).lines().next().unwrap().to_string();
+    for want in [
+        format!("OK shell: {} ({version})", super::support::ZSH),
+        "rc snapshot: kept ".into(),
+        "1 alias (named like a builtin or keyword)".into(),
+        // The stub of the rc, and any of the system's /etc/zsh/zshrc.
+        "(autoload stub)".into(),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+    assert!(!text.contains("neither bash nor zsh"), "{text}");
+
+    // A shell that is neither: a warning.
+    let cfg = home.path().join("settings.toml");
+    std::fs::write(&cfg, "shell = \"/bin/sh\"\n").unwrap();
+    ed.cmd("bwipe").await;
+    ed.lua(&format!(
+        "require('agent_bash').setup({{settings_file = {:?}}})",
+        cfg.to_str().unwrap()
+    ))
+    .await;
+    ed.cmd("checkhealth agent_bash").await;
+    let text =
+        ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
+    let text = text.as_str().unwrap();
+    assert!(text.contains("WARNING shell: /bin/sh ("), "{text}");
+    assert!(text.contains("neither bash nor zsh"), "{text}");
+}
+
+#[tokio::test]
 async fn nvim_bang_commands_recorded_for_the_agent() {
     let ed = Editor::start().await;
     ed.cmd("AgentBash echo first").await;
