@@ -122,7 +122,7 @@ fn bench_sink(runs: usize) {
     }
 }
 
-/// The sink alone, in process, with rescued lines (SPEC §7) on and off: the rescue's cost is
+/// The sink alone, in process, with rescued lines (contract §7) on and off: the rescue's cost is
 /// the ratio. Input in 256 KiB chunks as the executor reads them, spilled to an artifact whose
 /// cap is above the input, so the rescue (which stops where a capped artifact stops being
 /// verbatim) searches every byte; with it off the sink counts newlines with `memchr` alone.
@@ -319,7 +319,7 @@ fn bench_rpc(runs: usize) {
     }
 }
 
-/// SPEC §13: what a change receipt adds to a tool call that changes one file in a git
+/// contract §13: what a change receipt adds to a tool call that changes one file in a git
 /// repository of 10 000 files, against the same call with receipts off, side by side.
 fn bench_changes(runs: usize) {
     let files = ((10_000.0 * scale()) as usize).max(100);
@@ -391,7 +391,7 @@ fn bench_changes(runs: usize) {
     );
 }
 
-/// SPEC §13: what the Landlock fence costs, fenced and unfenced `rpc` side by side: per command
+/// contract §13: what the Landlock fence costs, fenced and unfenced `rpc` side by side: per command
 /// in a live session, and per new session (where the fence is set up).
 fn bench_fence(runs: usize) {
     println!("\n### Fence (Landlock, `sandbox = \"workspace-write\"`; median of {runs})\n");
@@ -399,7 +399,7 @@ fn bench_fence(runs: usize) {
     println!("|---|---|---|---|---|");
     let mut plain = RpcProc::start();
     // The shells' temp dir is their own: a fence that granted the `/tmp` holding the state
-    // directory would be refused (SPEC §13).
+    // directory would be refused (contract §13).
     let tmp = tempfile::tempdir().unwrap();
     let mut fenced = RpcProc::start_with(&format!(
         "sandbox = \"workspace-write\"\n[env]\nTMPDIR = {:?}\n",
@@ -1002,7 +1002,7 @@ fn main() {
 #[path = "../tests/suite/sshd.rs"]
 mod sshd;
 
-/// SPEC §12: a live remote session over loopback ssh against a fresh `ssh host …` each time.
+/// contract §12: a live remote session over loopback ssh against a fresh `ssh host …` each time.
 fn bench_remote(runs: usize) {
     use agent_bash::exec::{Request, Runtime, Settings};
     let sshd = sshd::Sshd::start();
@@ -1176,7 +1176,7 @@ async fn cold_first_run(prewarm: bool) -> f64 {
 
 fn bench_editor(runs: usize) {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    println!("\n### Editor workflow (SPEC §8.4)\n");
+    println!("\n### Editor workflow (contract §8.4)\n");
     rt.block_on(async {
         let mut warm = Vec::new();
         let mut cold = Vec::new();

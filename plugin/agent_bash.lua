@@ -146,7 +146,7 @@ vim.api.nvim_create_autocmd('BufReadCmd', {
   end,
 })
 
--- The editor mirror (SPEC §11): once started, this editor registers for discovery by the MCP
+-- The editor mirror (contract §11): once started, this editor registers for discovery by the MCP
 -- servers agents start (`agent-bash mcp`): `<state>/agent-bash/editors/<pid>.json` with address,
 -- pid, cwd; kept current on :cd, removed on exit, entries of dead editors removed. Plain code
 -- after start-up, so that starting Neovim loads no module (lua/agent_bash/mirror.lua reads the

@@ -1,7 +1,7 @@
-//! SPEC §4.3: the artifact store, ids, caps, retention and `artifact://` resolution.
+//! contract §4.3: the artifact store, ids, caps, retention and `artifact://` resolution.
 //!
 //! An artifact is the full sanitized output of one command whose output did not fit the sink's
-//! window (SPEC §4.2). Each session owns one directory (mode 0700) of files `<id>.bash.log`
+//! window (contract §4.2). Each session owns one directory (mode 0700) of files `<id>.bash.log`
 //! (mode 0600). Ids are decimal and sequential per directory, continuing after the highest id
 //! already there, and are taken only when a spill happens.
 //!
@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::Error;
 
-/// Default size cap of one artifact file (SPEC §4.2 Ours: 32 MiB, configurable).
+/// Default size cap of one artifact file (contract §4.2 Ours: 32 MiB, configurable).
 pub const DEFAULT_ARTIFACT_CAP: u64 = 32 << 20;
 
 /// Bytes of the stream's end an over-cap artifact keeps: the end of a log is where failures are.
@@ -31,7 +31,7 @@ pub const TAIL_KEEP: u64 = 4 << 20;
 const BOUNDARY_SEARCH: usize = 64 << 10;
 
 /// How many bytes at the start of the stream an artifact capped at `cap` keeps verbatim, so
-/// that line numbers there are those of the stream (the rest may be elided, SPEC §4.2).
+/// that line numbers there are those of the stream (the rest may be elided, contract §4.2).
 pub fn verbatim_prefix(cap: u64) -> u64 {
     let cap = cap.saturating_sub(ELISION_RESERVE);
     let tail_keep = TAIL_KEEP.min(cap / 2);
@@ -147,7 +147,7 @@ fn parse_artifact_name(name: &str) -> Option<u64> {
 /// Resolves `artifact://<id>` (or a bare `<id>`) to the artifact's full text, or with
 /// `#L<a>-<b>` (`#L<a>`) to those lines only (1-based, inclusive; the end is clamped).
 ///
-/// Errors, exact and checked in this order (SPEC §4.3): no store, empty id, non-numeric id,
+/// Errors, exact and checked in this order (contract §4.3): no store, empty id, non-numeric id,
 /// missing directory, missing file. Anything after the id's first `/` is ignored. The file is
 /// opened with `O_NOFOLLOW`, so a symlink planted in the directory is not followed (that is an
 /// I/O error). Invalid UTF-8 (which the sink never writes) is replaced with U+FFFD.
@@ -169,7 +169,7 @@ pub fn resolve(store: Option<&ArtifactStore>, url: &str) -> crate::Result<String
 }
 
 /// Resolves `artifact://<id>` to the artifact's file, for a reader that reads it itself
-/// (Neovim: artifact text never travels through RPC, SPEC §4.3). Same errors as [`resolve`];
+/// (Neovim: artifact text never travels through RPC, contract §4.3). Same errors as [`resolve`];
 /// the path is a regular file, not a symlink, at the time of the answer.
 pub fn resolve_path(store: Option<&ArtifactStore>, url: &str) -> crate::Result<PathBuf> {
     let Opened { file, path, .. } = open_artifact(store, url)?;
@@ -332,7 +332,7 @@ pub fn state_root() -> PathBuf {
         .join("agent-bash")
 }
 
-/// Writes an artifact, bounded by a size cap (SPEC §4.2 Ours).
+/// Writes an artifact, bounded by a size cap (contract §4.2 Ours).
 ///
 /// The file gets the stream's first `cap − tail_keep` bytes (the head limit) as they come, up
 /// to a 64 KiB write buffer; the next `tail_keep` bytes are held in memory until either
@@ -509,7 +509,7 @@ const QUEUE: usize = 2;
 /// Bytes for the writer thread.
 type HandOff = Vec<u8>;
 
-/// A [`CappedWriter`] on its own thread (SPEC §4.2: the artifact gets every chunk).
+/// A [`CappedWriter`] on its own thread (contract §4.2: the artifact gets every chunk).
 ///
 /// The file is written while the caller goes on reading and sanitizing: writing to the page
 /// cache costs about as much as everything else in the output path together. The thread owns

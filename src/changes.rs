@@ -1,4 +1,4 @@
-//! SPEC §13: what a command did to the project's files (change receipts) and undo.
+//! contract §13: what a command did to the project's files (change receipts) and undo.
 //!
 //! Around every run the runtime takes a snapshot of the project's non-ignored files before and
 //! after ([`Receipts::begin`], [`Receipts::finish`]) in a shadow git store of its own
@@ -457,7 +457,7 @@ impl Receipts {
             if ours.into_iter().any(|d| root.0.starts_with(&d)) {
                 return Err("the working directory is inside agent-bash's own state directory");
             }
-            // SPEC §13: a snapshot of the whole file system or home directory is no receipt.
+            // contract §13: a snapshot of the whole file system or home directory is no receipt.
             if root.0.parent().is_none() {
                 return Err("the project would be / (the whole file system): no receipt is kept");
             }
@@ -652,7 +652,7 @@ impl Receipts {
         if !conflicts.is_empty() {
             return Err(UndoError::Conflict { id: rec.id, paths: conflicts, links: Vec::new() });
         }
-        // Every path is reached beneath the root without following links (SPEC §13): a link
+        // Every path is reached beneath the root without following links (contract §13): a link
         // where the run left a folder refuses the whole undo before anything is written.
         let (root, deltas) = (rec.project.git.root.clone(), rec.deltas.clone());
         let blocked = tokio::task::spawn_blocking(move || links_in_the_way(&root, &deltas))

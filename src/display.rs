@@ -1,9 +1,9 @@
-//! The display path (SPEC §4.1 "Ours", §8): the last lines of a run with their SGR colour spans,
+//! The display path (contract §4.1 "Ours", §8): the last lines of a run with their SGR colour spans,
 //! for Neovim cards. The model never sees this; it gets the sink's plain text.
 //!
 //! Bounded like everything else: at most [`MAX_LINES`] lines and [`MAX_BYTES`] bytes are kept,
 //! and each line keeps its first [`LINE_CLAMP_CHARS`] characters; the rest is counted and shown
-//! as `… [<K> chars omitted]` (SPEC §8.2), so a gigabyte on one line costs nothing.
+//! as `… [<K> chars omitted]` (contract §8.2), so a gigabyte on one line costs nothing.
 
 use std::collections::VecDeque;
 
@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::sanitize::{Span, Style};
 
-/// Characters of one line shown in a card (SPEC §8.2).
+/// Characters of one line shown in a card (contract §8.2).
 pub const LINE_CLAMP_CHARS: usize = 4000;
 /// Lines kept for an expanded card: as many as the model-facing window.
 pub const MAX_LINES: usize = 2000;

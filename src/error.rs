@@ -5,19 +5,19 @@ use std::path::PathBuf;
 /// Everything that can go wrong in the library, worded as the user (or model) should read it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// SPEC §3: the resolved cwd does not exist.
+    /// contract §3: the resolved cwd does not exist.
     #[error("Working directory does not exist: {}", .0.display())]
     CwdMissing(PathBuf),
-    /// SPEC §3: the resolved cwd is not a directory.
+    /// contract §3: the resolved cwd is not a directory.
     #[error("Working directory is not a directory: {}", .0.display())]
     CwdNotDir(PathBuf),
-    /// SPEC §3 (Ours): NaN, negative, infinite or non-numeric timeout.
+    /// contract §3 (Ours): NaN, negative, infinite or non-numeric timeout.
     #[error("Invalid timeout: {0} (expected a number of seconds between 1 and 3600)")]
     InvalidTimeout(String),
-    /// SPEC §4.3: an `artifact://` URL that cannot be resolved (message is the exact text).
+    /// contract §4.3: an `artifact://` URL that cannot be resolved (message is the exact text).
     #[error("{0}")]
     Artifact(String),
-    /// SPEC §13: a fenced call on a kernel without Landlock is refused, never run unfenced.
+    /// contract §13: a fenced call on a kernel without Landlock is refused, never run unfenced.
     #[error("Sandbox unavailable: {0}")]
     SandboxUnavailable(String),
     /// Bad input from a caller (flags, RPC parameters, settings).

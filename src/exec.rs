@@ -30,7 +30,7 @@ pub use crate::shell::Origin;
 use crate::shell::{procs, snapshot};
 pub use settings::Settings;
 
-/// How many freed keys remember that their shell was lost (bounded memory, SPEC §5).
+/// How many freed keys remember that their shell was lost (bounded memory, contract §5).
 const LOST_KEPT: usize = 256;
 /// How often idle shell sessions are looked for.
 const EVICT_EVERY: Duration = Duration::from_secs(30);
@@ -50,9 +50,9 @@ pub struct Request {
     pub session_key: Option<String>,
     /// Keep styled display lines for live updates (Neovim cards).
     pub display: bool,
-    /// Run in a PTY whatever the selection rules say (SPEC §6: `exec --pty`, `:AgentBashTerm`).
+    /// Run in a PTY whatever the selection rules say (contract §6: `exec --pty`, `:AgentBashTerm`).
     pub pty: bool,
-    /// The remote profile to run under (SPEC §12); `None`: `default_profile`, else this machine.
+    /// The remote profile to run under (contract §12); `None`: `default_profile`, else this machine.
     pub profile: Option<String>,
 }
 
@@ -86,7 +86,7 @@ pub type UpdateFn = Arc<dyn Fn(LiveUpdate) + Send + Sync>;
 
 /// Session key used by tool calls that do not name one.
 pub const DEFAULT_KEY: &str = "default";
-/// Session key of the user's own commands (SPEC §5: "bang commands use the editor session's
+/// Session key of the user's own commands (contract §5: "bang commands use the editor session's
 /// key"): a long `:AgentBash npm run dev` never holds up the agent's shell, and the user's
 /// `export`s stay out of it. Commands that run side by side get `bang.2`, `bang.3`, … (§8.2).
 pub const BANG_KEY: &str = "bang";
@@ -99,9 +99,9 @@ struct Slot {
     /// The previous shell of this key was thrown away: the next run reports `shell_restarted`.
     lost: bool,
     /// The shell was started for a bang command, with the editor's handles in its environment:
-    /// a tool call never runs in it (SPEC §5).
+    /// a tool call never runs in it (contract §5).
     editor_env: bool,
-    /// The fence the shell started under (SPEC §13): a call that wants another one gets a
+    /// The fence the shell started under (contract §13): a call that wants another one gets a
     /// fresh shell.
     fence: Option<Fence>,
     last_used: Option<Instant>,
@@ -138,18 +138,18 @@ pub struct Runtime {
     /// Woken whenever a run lets go of its session, so a run waiting for capacity can close
     /// that (now idle) shell.
     released: tokio::sync::Notify,
-    /// An interactive UI shows our output (SPEC §6: a tool call may then get a PTY).
+    /// An interactive UI shows our output (contract §6: a tool call may then get a PTY).
     ui_attached: AtomicBool,
     /// [`Runtime::warm`] is starting the first bang shell.
     warming: AtomicBool,
     /// The prefix puts shells where our FIFOs are not: every command runs in a process of its
     /// own ([`shell::run_oneshot`]).
     isolated: AtomicBool,
-    /// Remote shell sessions by (profile, key) (SPEC §12).
+    /// Remote shell sessions by (profile, key) (contract §12).
     remote: remote_path::Pool,
-    /// Change receipts and undo (SPEC §13).
+    /// Change receipts and undo (contract §13).
     changes: Arc<crate::changes::Receipts>,
-    /// The fence's root (SPEC §13: `sandbox_root`, else the start directory's project).
+    /// The fence's root (contract §13: `sandbox_root`, else the start directory's project).
     fence_root: PathBuf,
     /// What every fence may write besides the root: the shells' temp dir, `sandbox_writable`.
     fence_extra: Vec<PathBuf>,
@@ -176,11 +176,11 @@ impl Runtime {
             .filter(|(k, _)| !EDITOR_HANDLES.iter().any(|h| k == h))
             .collect();
         let state_root = settings.state_dir.clone().unwrap_or_else(crate::artifacts::state_root);
-        // SPEC §13: private by default; what older versions left wider is tightened once.
+        // contract §13: private by default; what older versions left wider is tightened once.
         if let Err(e) = crate::shell::rundir::make_private(&state_root) {
             tracing::warn!("state directory {}: {e}", state_root.display());
         }
-        // SPEC §13: the fence's root is the user's (the setting, else the start directory's
+        // contract §13: the fence's root is the user's (the setting, else the start directory's
         // project), never a request's; its widest form decides where our own files may live.
         let fence_root = settings.sandbox_root_path().unwrap_or_else(|| {
             crate::fence::project_root(
@@ -274,7 +274,7 @@ impl Runtime {
         &self.store
     }
 
-    /// Change receipts and undo (SPEC §13).
+    /// Change receipts and undo (contract §13).
     pub fn changes(&self) -> &Arc<crate::changes::Receipts> {
         &self.changes
     }
@@ -293,7 +293,7 @@ impl Runtime {
         self.ui_attached.load(Ordering::Relaxed)
     }
 
-    /// The checks a command passes before it runs (SPEC §1–§3): `Err` for bad input, `Some` with
+    /// The checks a command passes before it runs (contract §1–§3): `Err` for bad input, `Some` with
     /// the blocked result when interception stops it, `None` when it would run.
     pub fn precheck(&self, req: &Request) -> Result<Option<BashResult>> {
         check_key(req)?;
@@ -304,7 +304,7 @@ impl Runtime {
                 return Ok(Some(blocked_result(block, Duration::ZERO)));
             }
         }
-        // A remote cwd is checked on the remote side (SPEC §12).
+        // A remote cwd is checked on the remote side (contract §12).
         if self.remote_profile(req)?.is_none() {
             validate::resolve_cwd(&self.base_dir, req.cwd.as_deref())?;
         }
@@ -326,7 +326,7 @@ impl Runtime {
     }
 
     /// [`Runtime::run`] with the hooks a PTY run uses if the command gets one. A command that
-    /// runs gets a change receipt (SPEC §13): snapshots of its project before and after.
+    /// runs gets a change receipt (contract §13): snapshots of its project before and after.
     pub async fn run_with(
         &self,
         req: Request,
@@ -617,7 +617,7 @@ impl Runtime {
         }
     }
 
-    /// The language of this runtime's shell, for normalization (SPEC §1).
+    /// The language of this runtime's shell, for normalization (contract §1).
     fn dialect(&self) -> normalize::Dialect {
         normalize::Dialect::of(&self.shell_cfg.shell)
     }
@@ -627,7 +627,7 @@ impl Runtime {
         !self.settings.fences_any() || crate::fence::kernel_abi().is_ok()
     }
 
-    /// The fence of a call's shell (SPEC §13): tool calls only, by the session key's setting,
+    /// The fence of a call's shell (contract §13): tool calls only, by the session key's setting,
     /// around the user's fence root whatever the call's cwd (a cwd outside it runs with the
     /// same fence: nothing there can be written). A kernel without Landlock, or a fence that
     /// would reach the backend's own files, refuses a fenced call.
@@ -687,7 +687,7 @@ impl Runtime {
     }
 
     /// Starts the first bang shell (taking the rc snapshot) ahead of the first command, so it
-    /// does not wait for them (SPEC §8.4, cold start). Does nothing when that shell exists or
+    /// does not wait for them (contract §8.4, cold start). Does nothing when that shell exists or
     /// is busy. Returns whether a shell is ready.
     pub async fn warm(&self) -> bool {
         // Set before the lock is taken, so a command arriving meanwhile waits for this shell
@@ -739,7 +739,7 @@ impl Runtime {
             .clone()
     }
 
-    /// Frees the slot of `key` when its shell is gone and nobody holds or waits for it (SPEC
+    /// Frees the slot of `key` when its shell is gone and nobody holds or waits for it (contract
     /// §5: memory does not grow with the number of keys ever used). That its shell was lost
     /// is remembered for the newest [`LOST_KEPT`] keys only.
     fn free_slot(&self, key: &str) {
@@ -791,7 +791,7 @@ impl Runtime {
         Shell::spawn(&cfg).await
     }
 
-    /// A place for one more live shell (SPEC §5, `limits.max_sessions`), taken before the shell
+    /// A place for one more live shell (contract §5, `limits.max_sessions`), taken before the shell
     /// starts so the limit holds at every moment. When every place is taken, the least recently
     /// used idle session (not `key`'s own) is closed to make room; when every live session is
     /// busy, the call waits until one finishes and then closes it (or until a shell exits by
@@ -912,7 +912,7 @@ pub(crate) struct Feed {
     on_update: Option<UpdateFn>,
     /// Output arrived since the last update.
     dirty: bool,
-    /// When the head part of a head-only run became complete (SPEC §1 early close).
+    /// When the head part of a head-only run became complete (contract §1 early close).
     head_complete_at: Option<Instant>,
     /// The receipt of a pipe run, sampled as the output moves or pauses.
     meter: Option<crate::resources::Meter>,
@@ -1037,9 +1037,9 @@ impl shell::OutputSink for Feed {
     }
 }
 
-/// The result of a command interception stopped (SPEC §2): an error with the exact text and
+/// The result of a command interception stopped (contract §2): an error with the exact text and
 /// the structured block.
-/// What every fence may write besides its root (SPEC §13): the shells' temp dir (`TMPDIR` of
+/// What every fence may write besides its root (contract §13): the shells' temp dir (`TMPDIR` of
 /// their environment, else `/tmp`) and the `sandbox_writable` paths.
 fn fence_extra(settings: &Settings, env: &[(OsString, OsString)]) -> Vec<PathBuf> {
     let tmp = env
@@ -1060,7 +1060,7 @@ fn private_state_dir(state_root: &Path) -> PathBuf {
     dir
 }
 
-/// The longest `session_key` accepted (SPEC §5: keys are bounded).
+/// The longest `session_key` accepted (contract §5: keys are bounded).
 pub const MAX_KEY_BYTES: usize = 256;
 
 /// Refuses a session key longer than [`MAX_KEY_BYTES`]: every key names a session slot kept in
@@ -1076,7 +1076,7 @@ fn check_key(req: &Request) -> Result<()> {
 }
 
 /// A fenced run says so, and its text ends with the sandbox note when a write was refused
-/// (SPEC §13).
+/// (contract §13).
 fn note_fence(r: &mut BashResult, fence: Option<&Fence>) {
     let Some(fence) = fence else { return };
     r.sandbox = Some(fence.mode.as_str());
@@ -1112,10 +1112,10 @@ fn live(sink: &Sink, display: Option<&Display>, pending: &str, last: bool) -> Li
 }
 
 /// Variables that give a command a handle on the user's editor: never in a tool call's
-/// environment (SPEC §5); bang commands keep them, as `:!` does.
+/// environment (contract §5); bang commands keep them, as `:!` does.
 pub const EDITOR_HANDLES: &[&str] = &["NVIM", "NVIM_LISTEN_ADDRESS"];
 
-/// The environment of a tool call (SPEC §5, §6): the caller's environment, the agent markers,
+/// The environment of a tool call (contract §5, §6): the caller's environment, the agent markers,
 /// the non-interactive hardening (pagers, editors, prompts, `CI`), then the user's `env`
 /// setting on top. Tool calls get it without [`EDITOR_HANDLES`].
 pub fn command_env(settings: &Settings, shell: &Path) -> Vec<(OsString, OsString)> {

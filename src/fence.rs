@@ -1,4 +1,4 @@
-//! The fence (SPEC §13): tool-call shells under Linux Landlock.
+//! The fence (contract §13): tool-call shells under Linux Landlock.
 //!
 //! A fenced shell may read anywhere but write only beneath the fence's root (`sandbox_root`, else
 //! the project root of the directory the backend started in: never chosen by a request), the
@@ -7,7 +7,7 @@
 //! its own FIFOs. `read-only` drops the root from that list. `network = false` also denies TCP
 //! bind and connect where the kernel's Landlock ABI has them (4 and later).
 //!
-//! The fenced party is the agent (SPEC §13): nothing it may write is executed or trusted by
+//! The fenced party is the agent (contract §13): nothing it may write is executed or trusted by
 //! anything unfenced. The runtime directory (driver and command files, `spawn.so`) and the
 //! state directory (rc snapshots, the receipt store, artifacts) must therefore lie outside every
 //! writable path: the runtime picks a runtime directory that does ([`Fence::exposes`]), and a
@@ -34,7 +34,7 @@ use landlock::{
 };
 use serde::{Deserialize, Serialize};
 
-/// `sandbox` setting values (SPEC §13).
+/// `sandbox` setting values (contract §13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxMode {
@@ -60,7 +60,7 @@ impl SandboxMode {
 pub const UNSUPPORTED: &str =
     "the sandbox needs Linux Landlock, which this kernel does not provide (or has disabled); the command was not run";
 
-/// The line a fenced run's text ends with when a write was refused (SPEC §13).
+/// The line a fenced run's text ends with when a write was refused (contract §13).
 pub const NOTE: &str = "[Sandbox: writes outside the workspace are denied]";
 
 /// Set to `1` to make the fence behave as on a kernel without Landlock (tests of the refusal).

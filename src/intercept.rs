@@ -1,4 +1,4 @@
-//! SPEC §2: interception rules, the defaults, per-simple-command matching (pure).
+//! contract §2: interception rules, the defaults, per-simple-command matching (pure).
 
 use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
@@ -25,7 +25,7 @@ pub struct InterceptorSettings {
     pub rules: Option<Vec<Rule>>,
 }
 
-/// A structured block (SPEC §2, Ours).
+/// A structured block (contract §2, Ours).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Block {
     pub blocked: bool,
@@ -42,15 +42,15 @@ impl Rule {
     }
 }
 
-// SPEC §2 default rules, verbatim. Four of them are refined in code (see `Refinement`) to fix
-// the false positives SPEC lists; the patterns stay as written so settings files that copy them
+// contract §2 default rules, verbatim. Four of them are refined in code (see `Refinement`) to fix
+// the false positives the contract lists; the patterns stay as written so settings files that copy them
 // get the same fixes.
 const READ_PATTERN: &str = r"^\s*(cat|head|tail|less|more)\s+";
 const GREP_PATTERN: &str = r"^\s*(grep|rg|ripgrep|ag|ack)\s+";
 const PERL_PATTERN: &str = r"^\s*perl\s+.*-[pn]?i";
 const WRITE_PATTERN: &str = r"^\s*(echo|printf|cat\s*<<)\s+.*[^|]>\s*\S";
 
-/// The seven default rules (SPEC §2), in order.
+/// The seven default rules (contract §2), in order.
 pub fn default_rules() -> Vec<Rule> {
     vec![
         Rule::new(
@@ -91,7 +91,7 @@ pub fn default_rules() -> Vec<Rule> {
     ]
 }
 
-/// The exact text of a block (SPEC §2).
+/// The exact text of a block (contract §2).
 pub fn block_message(message: &str, command: &str) -> String {
     format!("Blocked: {message}\n\nOriginal command: {command}")
 }
@@ -119,7 +119,7 @@ pub struct InvalidRule {
     pub error: String,
 }
 
-/// Checks commands against the configured rules (SPEC §2).
+/// Checks commands against the configured rules (contract §2).
 #[derive(Debug)]
 pub struct Interceptor {
     enabled: bool,
@@ -225,11 +225,11 @@ fn compile(pattern: &str, flags: Option<&str>) -> Result<Regex, regex::Error> {
 }
 
 /// Shell-aware corrections of three default rules, applied when a rule's pattern is exactly the
-/// SPEC pattern (with no flags). Each fixes a false positive or negative of the bare regex,
+/// contract pattern (with no flags). Each fixes a false positive or negative of the bare regex,
 /// which sees the command as flat text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refinement {
-    /// Rule 1: `cat <<EOF …` / `cat <<< x` reads nothing from disk, so it is not a read (SPEC:
+    /// Rule 1: `cat <<EOF …` / `cat <<< x` reads nothing from disk, so it is not a read (contract:
     /// `cat <<EOF > f` is a write). The regex must still match.
     Read,
     /// Rule 2: a grep that reads a pipe (`ps aux | grep x`) filters another command's output,
@@ -315,7 +315,7 @@ fn perl_in_place(argv: &[&str]) -> bool {
     false
 }
 
-/// Devices a redirection may name without writing a file (SPEC §2).
+/// Devices a redirection may name without writing a file (contract §2).
 const NOT_FILES: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"];
 
 /// Whether a redirection sends stdout into a real file.

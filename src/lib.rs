@@ -1,6 +1,6 @@
 //! agent-bash: runs shell commands for coding agents and for the person at the keyboard.
 //!
-//! Every tool call goes through one pipeline (SPEC §0):
+//! Every tool call goes through one pipeline (contract §0):
 //!
 //! ```text
 //!   command ──► normalize (§1)     strip a trailing top-level `| head -n N` / `| tail -n N`

@@ -1,4 +1,4 @@
-//! SPEC §1: `| head` / `| tail` extraction and head/tail application (pure).
+//! contract §1: `| head` / `| tail` extraction and head/tail application (pure).
 
 use serde::Serialize;
 
@@ -30,7 +30,7 @@ pub struct Normalized {
     #[serde(skip)]
     pub pipeline_start: Option<usize>,
     /// The head limit came from the command (not from the caller) and no tail applies: the
-    /// output may be closed early once the head part is complete (SPEC §1, head-only rule). An
+    /// output may be closed early once the head part is complete (contract §1, head-only rule). An
     /// explicit `head` only limits what is shown.
     #[serde(skip)]
     pub close_after_head: bool,
@@ -48,7 +48,7 @@ impl Normalized {
         }
     }
 
-    /// A bang command: run verbatim, no rewrites (SPEC §8.2).
+    /// A bang command: run verbatim, no rewrites (contract §8.2).
     pub fn verbatim(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
         Normalized { command: command.trim().to_string(), head, tail, ..Default::default() }
     }
@@ -59,7 +59,7 @@ impl Normalized {
 /// Rewrites are made only at the end of the command and only at top level of the shell syntax
 /// (see [`shellwords`]), so the result is always a prefix of the trimmed command. At most one
 /// `| head` / `| tail` stage is removed, and only when removing it cannot change what the
-/// command prints (SPEC §1, fidelity first: see [`pipeline_start`]); a redundant trailing
+/// command prints (contract §1, fidelity first: see [`pipeline_start`]); a redundant trailing
 /// `2>&1` is removed whenever it becomes the end, before or after that stage
 /// (`cmd 2>&1 | head -n 5` → `cmd`, head 5).
 pub fn normalize(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
@@ -195,7 +195,7 @@ fn trailing_head_tail(
 }
 
 /// The index of the first token of the pipeline that ends `tokens` (everything before a
-/// `| head` stage), when stripping that stage cannot change what the command prints (SPEC §1,
+/// `| head` stage), when stripping that stage cannot change what the command prints (contract §1,
 /// fidelity first): the pipeline is the whole command, or every top-level command before it
 /// prints nothing by construction ([`is_silent`]) and is joined to the next by `&&` or `;`.
 /// `None` when the stage must stay: `echo a; echo b | head -1` prints `a` and `b`.
@@ -269,7 +269,7 @@ fn pipeline_start(dialect: Dialect, src: &str, tokens: &[Token]) -> Option<usize
     (!matches!(first.text(src), "!" | "time")).then_some(start)
 }
 
-/// Whether a top-level command prints nothing by construction (SPEC §1): `cd DIR`, `export`,
+/// Whether a top-level command prints nothing by construction (contract §1): `cd DIR`, `export`,
 /// `unset`, plain assignments, `set`/`shopt` options, `:`/`true`. No redirections, no command
 /// or process substitutions (they could print). `cd` only before `&&`: when it fails it prints
 /// an error and, after `;`, the next command would still run, so a limit would cut around it.
@@ -476,7 +476,7 @@ mod tests {
     );
 
     const CASES: &[Case] = &[
-        // Extraction (SPEC §1 and the acceptance table).
+        // Extraction (contract §1 and the acceptance table).
         ("ls -la | head -n 50", None, None, "ls -la", Some(50), None, &["| head -n 50"]),
         ("ls -la | head -20", None, None, "ls -la", Some(20), None, &["| head -20"]),
         ("ls | head -n7", None, None, "ls", Some(7), None, &["| head -n7"]),
@@ -560,7 +560,7 @@ mod tests {
             &[],
         ),
         ("printf 'a\\tb'  \t  | wc", None, None, "printf 'a\\tb'  \t  | wc", None, None, &[]),
-        // Fidelity first: stripped only when nothing before the pipeline prints (SPEC §1).
+        // Fidelity first: stripped only when nothing before the pipeline prints (contract §1).
         ("echo a; echo b | head -1", None, None, "echo a; echo b | head -1", None, None, &[]),
         ("echo a; seq 1 5 | tail -2", None, None, "echo a; seq 1 5 | tail -2", None, None, &[]),
         ("echo a\nseq 9 | tail -2", None, None, "echo a\nseq 9 | tail -2", None, None, &[]),

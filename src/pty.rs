@@ -1,4 +1,4 @@
-//! PTY execution (SPEC §6): one command in a pseudo-terminal, rendered by a terminal emulator.
+//! PTY execution (contract §6): one command in a pseudo-terminal, rendered by a terminal emulator.
 //!
 //! # What runs
 //! The same shell, rc snapshot, prefix and environment as the pipe sessions of
@@ -11,7 +11,7 @@
 //!
 //! One line, so the command's lines are numbered from 1 in error messages and `$LINENO`, as under
 //! `bash -c`; and the shell is started under its bare name when that is what `PATH` finds, so
-//! `$0` and the prefix of error messages read `bash` (SPEC §1, fidelity first).
+//! `$0` and the prefix of error messages read `bash` (contract §1, fidelity first).
 //!
 //! A `-c` script rather than an interactive shell fed through the terminal: typed setup lines
 //! would be echoed by the terminal and drawn on the screen (and so in the model text), a prompt
@@ -73,7 +73,7 @@ use crate::shell::local::{self as shell, quote, ShellConfig, ShellKind};
 use crate::shell::{procs, Origin};
 use screen::Screen;
 
-/// Smallest and largest terminal sizes (SPEC §6), applied on start and on resize.
+/// Smallest and largest terminal sizes (contract §6), applied on start and on resize.
 pub const MIN_COLS: u16 = 20;
 pub const MAX_COLS: u16 = 400;
 pub const MIN_ROWS: u16 = 5;
@@ -81,7 +81,7 @@ pub const MAX_ROWS: u16 = 200;
 /// Size when no window gives one (print mode, agents without a UI): wide enough that tools do
 /// not cut their lines for an 80-column terminal.
 pub const DEFAULT_SIZE: TermSize = TermSize { cols: 120, rows: 40 };
-/// After the command exited, how long a leftover process may keep the terminal open (SPEC §6).
+/// After the command exited, how long a leftover process may keep the terminal open (contract §6).
 pub const LEFTOVER_GRACE: Duration = Duration::from_millis(300);
 /// After a kill, how long to wait for the exit status and EOF before giving up on them (a process
 /// outside our reach may hold the terminal).
@@ -92,9 +92,9 @@ const READ_CHUNK: usize = 64 * 1024;
 const CHUNK_QUEUE: usize = 16;
 /// While output keeps coming, screen text is sent on in batches of about this size...
 const TEXT_BATCH: usize = 64 * 1024;
-/// ... or this often, so live views keep moving (SPEC §4.2 allows 20 updates per second).
+/// ... or this often, so live views keep moving (contract §4.2 allows 20 updates per second).
 const BATCH_DELAY: Duration = Duration::from_millis(25);
-/// The terminal type programs see (SPEC §6).
+/// The terminal type programs see (contract §6).
 pub const TERM: &str = "xterm-256color";
 
 /// A terminal size in character cells.
@@ -126,7 +126,7 @@ pub enum PtyControl {
     Input(Vec<u8>),
     /// The view's new size (clamped).
     Resize(TermSize),
-    /// Force-kill the command (the kill key, SPEC §6). The result reads as a cancel.
+    /// Force-kill the command (the kill key, contract §6). The result reads as a cancel.
     Kill,
 }
 
@@ -135,7 +135,7 @@ pub enum PtyControl {
 pub type OutputFn = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 /// Told when the program starts (`true`) or stops (`false`) waiting for input: blocked reading
-/// the terminal after [`waiting::QUIET`] without output (SPEC §8.4). Called on the async side.
+/// the terminal after [`waiting::QUIET`] without output (contract §8.4). Called on the async side.
 pub type WaitingFn = Arc<dyn Fn(bool) + Send + Sync>;
 
 /// The terminal view's side of a PTY run. Everything is optional: the default is a headless run
@@ -174,7 +174,7 @@ pub enum PtyEnd {
     Killed,
 }
 
-/// What [`run`] returns: how the run ended and, when the shell was reaped, its receipt (SPEC §7:
+/// What [`run`] returns: how the run ended and, when the shell was reaped, its receipt (contract §7:
 /// the `wait4` rusage of the shell and every descendant it waited for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PtyRun {
@@ -196,7 +196,7 @@ pub trait PtyOutput: Send {
     fn idle(&mut self, _screen: &dyn Fn() -> String) {}
 }
 
-/// Whether a command runs in a PTY (SPEC §6). An explicit request always does. A tool call does
+/// Whether a command runs in a PTY (contract §6). An explicit request always does. A tool call does
 /// when the `virtual_terminal` setting is `"on"`, neither `AGENT_BASH_NO_PTY` nor `PI_NO_PTY`
 /// is `1` in `env`, and an interactive UI is attached. Bang commands use pipes unless they ask.
 pub fn wants_pty(
@@ -465,7 +465,7 @@ pub async fn run(
     let mut kill_task: Option<tokio::task::JoinHandle<()>> = None;
     let mut give_up: Option<Instant> = None;
     let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
-    // Waiting for input (SPEC §8.4): looked at while the terminal is quiet.
+    // Waiting for input (contract §8.4): looked at while the terminal is quiet.
     let on_waiting = hooks.on_waiting;
     let mut last_output = Instant::now();
     let mut waiting = false;

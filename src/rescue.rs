@@ -1,4 +1,4 @@
-//! SPEC §7 (Ours, rescued lines): the diagnostics of the part of the output that leaves the
+//! contract §7 (Ours, rescued lines): the diagnostics of the part of the output that leaves the
 //! tail window, kept with their line numbers so the model reads the first error even when a
 //! build kept going for thousands of lines after it.
 //!
@@ -31,7 +31,7 @@
 //! shown text already holds, and returns them in output order.
 //!
 //! Line numbers are those of the full output, which are those of the artifact as long as it was
-//! not capped (SPEC §4.2: past its cap an artifact keeps its first part and its last 4 MiB):
+//! not capped (contract §4.2: past its cap an artifact keeps its first part and its last 4 MiB):
 //! lines past the part a capped artifact keeps verbatim are not rescued, since no exact line
 //! number could point at them.
 
@@ -41,9 +41,9 @@ use std::sync::OnceLock;
 use aho_corasick::{AhoCorasick, Input, MatchKind};
 use serde::Serialize;
 
-/// At most this many rescued lines (SPEC §7).
+/// At most this many rescued lines (contract §7).
 pub const MAX_LINES: usize = 20;
-/// At most this many bytes of rescued text, counting the `<line no>: ` prefixes (SPEC §7).
+/// At most this many bytes of rescued text, counting the `<line no>: ` prefixes (contract §7).
 pub const MAX_BYTES: usize = 4096;
 /// Bytes of one line kept for the model; a longer line ends with `…`.
 const LINE_TEXT_MAX: usize = 300;
@@ -714,7 +714,7 @@ impl Rescue {
     }
 }
 
-/// The rescue block of the model text (SPEC §7), or `None` when nothing was rescued.
+/// The rescue block of the model text (contract §7), or `None` when nothing was rescued.
 pub fn block(rescued: &[Rescued], artifact_id: Option<u64>) -> Option<String> {
     if rescued.is_empty() {
         return None;

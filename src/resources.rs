@@ -1,4 +1,4 @@
-//! SPEC §7 (Ours, receipt): what a finished run cost, from what Linux tells an unprivileged
+//! contract §7 (Ours, receipt): what a finished run cost, from what Linux tells an unprivileged
 //! process: `resources {wall_ms, cpu_user_ms, cpu_sys_ms, max_rss_kib}`.
 //!
 //! A command of a pipe run runs inside a persistent shell (`crate::shell::local`), which reaps
@@ -42,7 +42,7 @@ pub const EXPENSIVE_CPU_MS: u64 = 10_000;
 /// 1 GiB.
 pub const EXPENSIVE_RSS_KIB: u64 = 1 << 20;
 
-/// What a run cost (SPEC §7).
+/// What a run cost (contract §7).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Resources {
     pub wall_ms: u64,
@@ -55,7 +55,7 @@ pub struct Resources {
 }
 
 impl Resources {
-    /// `[Used 12.3 s CPU, peak 1.4 GiB]` when the run was expensive (SPEC §7), else `None`.
+    /// `[Used 12.3 s CPU, peak 1.4 GiB]` when the run was expensive (contract §7), else `None`.
     pub fn note(&self) -> Option<String> {
         let cpu = match (self.cpu_user_ms, self.cpu_sys_ms) {
             (Some(u), Some(s)) => Some(u + s),

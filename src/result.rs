@@ -1,4 +1,4 @@
-//! SPEC §7: `BashResult` and the model-facing text (notices, exit-code wording).
+//! contract §7: `BashResult` and the model-facing text (notices, exit-code wording).
 //!
 //! The text is built from up to five parts, each present only when it applies, separated by
 //! exactly one blank line:
@@ -7,7 +7,7 @@
 //! [Command timed out after 300 seconds]        timeout or cancel annotation: always first
 //!
 //! [Earlier in the output (artifact://3 lines):] rescued lines of the part the window cut
-//! 12: error[E0308]: mismatched types            (SPEC §7, `crate::rescue`)
+//! 12: error[E0308]: mismatched types            (contract §7, `crate::rescue`)
 //! […]
 //!
 //! <the output, or "(no output)">
@@ -63,7 +63,7 @@ pub struct BashResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncation: Option<Truncation>,
     /// The command's own text (head/tail applied, window-bounded) without annotations or
-    /// notices: what session recording fences for the agent's context (SPEC §10).
+    /// notices: what session recording fences for the agent's context (contract §10).
     #[serde(skip)]
     pub text: String,
     /// Non-zero or missing exit status, timeout or cancel.
@@ -77,7 +77,7 @@ pub struct BashResult {
     /// What the run cost (§7 receipt).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<crate::resources::Resources>,
-    /// Files the run added, modified, deleted or re-moded in its project (SPEC §13), at most
+    /// Files the run added, modified, deleted or re-moded in its project (contract §13), at most
     /// [`crate::changes::MAX_REPORTED`]; `changes_count` has the total.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<crate::changes::Change>,
@@ -93,12 +93,12 @@ pub struct BashResult {
     /// The fence the command ran under (§13): `"workspace-write"` or `"read-only"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<&'static str>,
-    /// Where the command ran, when a remote profile ran it (SPEC §12).
+    /// Where the command ran, when a remote profile ran it (contract §12).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote: Option<Remote>,
 }
 
-/// Where a remote command ran (SPEC §12): the profile, and the host's name as it reports it
+/// Where a remote command ran (contract §12): the profile, and the host's name as it reports it
 /// (absent when the session could not start).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Remote {
@@ -120,7 +120,7 @@ impl BashResult {
     }
 }
 
-/// Truncation metadata (SPEC §7), present exactly when the text is not the whole output.
+/// Truncation metadata (contract §7), present exactly when the text is not the whole output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Truncation {
     pub direction: Direction,
@@ -275,7 +275,7 @@ pub fn format_size(bytes: u64) -> String {
     format!("{value:.1}GB")
 }
 
-/// `[Showing lines A-B of T (<limit> limit). Full: artifact://<id>]` (SPEC §7), naming the limit
+/// `[Showing lines A-B of T (<limit> limit). Full: artifact://<id>]` (contract §7), naming the limit
 /// that cut: `50.0KB` when bytes did, `2000 lines` when lines did.
 pub fn truncation_notice(truncation: &Truncation, limit_bytes: u64) -> String {
     let ShownRange { start, end } = truncation.shown_range;

@@ -1,4 +1,4 @@
-//! SPEC §4.1: incremental UTF-8 decoding, a stateful ANSI/control stripper, CR-overwrite
+//! contract §4.1: incremental UTF-8 decoding, a stateful ANSI/control stripper, CR-overwrite
 //! semantics, and SGR colour spans for display.
 //!
 //! Bytes go through three stages inside one [`Sanitizer`]:
@@ -18,7 +18,7 @@
 //! everything else goes through a table-driven byte loop (see `BYTE_OUT`), so that random
 //! bytes, where every branch is a coin toss, still run at hundreds of MB/s.
 //!
-//! Decisions the SPEC leaves open:
+//! Decisions the contract leaves open:
 //! - **C1 controls** (U+0080–U+009F, UTF-8 `C2 80`–`C2 9F`) are removed one character at a time;
 //!   none of them starts a sequence, so U+009B followed by `31m` leaves `31m`. Programs that mean
 //!   CSI write `ESC [`; treating a stray U+009B (or U+0090/U+009D) as an introducer could swallow

@@ -1,4 +1,4 @@
-//! SPEC §10: bang commands recorded per editor session (JSONL) and worded for the agent.
+//! contract §10: bang commands recorded per editor session (JSONL) and worded for the agent.
 //!
 //! The file is `<session dir>/session.jsonl`, beside the session's artifacts, so that a backend
 //! restarted for the same editor session (same session id) keeps appending to it. Each line is
@@ -69,7 +69,7 @@ impl BashExecution {
         }
     }
 
-    /// The user message the agent gets (SPEC §10), or `None` for excluded commands.
+    /// The user message the agent gets (contract §10), or `None` for excluded commands.
     pub fn context_message(&self) -> Option<String> {
         if self.exclude_from_context {
             return None;
@@ -155,7 +155,7 @@ impl SessionLog {
         self.load().iter().filter_map(BashExecution::context_message).collect()
     }
 
-    /// One page of the records (SPEC §4.3: answers are paged, never the whole session).
+    /// One page of the records (contract §4.3: answers are paged, never the whole session).
     pub fn history_page(&self, offset: Option<usize>, limit: usize) -> Page<BashExecution> {
         self.page(offset, limit, Some)
     }

@@ -1,5 +1,5 @@
-//! SPEC §4.2: the bounded tail window, truthful counters, spill to an artifact, live-update
-//! throttle; and SPEC §1 (Ours): head/tail limits applied over the full stream.
+//! contract §4.2: the bounded tail window, truthful counters, spill to an artifact, live-update
+//! throttle; and contract §1 (Ours): head/tail limits applied over the full stream.
 //!
 //! The [`Sink`] takes sanitized text in arbitrary chunks. It keeps:
 //! - the tail window: the longest suffix of the stream that starts at a line start and fits
@@ -53,18 +53,18 @@ pub struct SinkOutput {
     pub artifact_error: Option<String>,
     /// The window's line limit (0: the default), which the notice names when lines cut.
     pub max_lines: u64,
-    /// Diagnostics of the part of the output the window cut off (SPEC §7, [`crate::rescue`]).
+    /// Diagnostics of the part of the output the window cut off (contract §7, [`crate::rescue`]).
     pub rescued: Vec<Rescued>,
 }
 
-/// Window size limit in bytes (SPEC §4.2: 50 KiB).
+/// Window size limit in bytes (contract §4.2: 50 KiB).
 pub const DEFAULT_MAX_BYTES: usize = 50 * 1024;
 
-/// Window size limit in lines (SPEC §4.2 Ours).
+/// Window size limit in lines (contract §4.2 Ours).
 pub const DEFAULT_MAX_LINES: usize = 2000;
 
 /// Bytes a head-only run may still push after its N lines before [`Sink::should_close`] says
-/// to close the pipe (SPEC §1 Ours): the artifact gets this much more, then the producer gets
+/// to close the pipe (contract §1 Ours): the artifact gets this much more, then the producer gets
 /// SIGPIPE as under `| head`.
 pub const HEAD_DRAIN: usize = 1 << 20;
 
@@ -72,7 +72,7 @@ pub const HEAD_DRAIN: usize = 1 << 20;
 /// (`while :; do echo x; sleep 0.1; done | head -n 3`) ends as promptly as under bash.
 pub const HEAD_CLOSE_AFTER: Duration = Duration::from_millis(100);
 
-/// Minimum time between two live updates of one command: at most 20 per second (SPEC §4.2).
+/// Minimum time between two live updates of one command: at most 20 per second (contract §4.2).
 pub const LIVE_UPDATE_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The smallest usable `max_bytes`: one character of any width always fits.
@@ -93,7 +93,7 @@ pub struct SinkConfig {
     pub artifact_cap: u64,
     /// The head limit was extracted from the command (`| head -n N`), so the stream may be
     /// closed once the head part is complete ([`Sink::should_close`]); a caller's explicit head
-    /// only limits what is shown (SPEC §1).
+    /// only limits what is shown (contract §1).
     pub close_after_head: bool,
 }
 
@@ -126,7 +126,7 @@ pub struct Sink {
     artifact: Option<ArtifactWriter>,
     artifact_id: Option<u64>,
     artifact_error: Option<String>,
-    /// Rescued lines (SPEC §7): sees every chunk, and counts its newlines for the sink in the
+    /// Rescued lines (contract §7): sees every chunk, and counts its newlines for the sink in the
     /// same pass; none with a head limit, whose window keeps the start anyway.
     rescue: Option<Rescue>,
 }
@@ -236,7 +236,7 @@ impl Sink {
         self.artifact_error.as_deref()
     }
 
-    /// Whether the executor should close the output pipe now (SPEC §1 Ours, head-only rule).
+    /// Whether the executor should close the output pipe now (contract §1 Ours, head-only rule).
     ///
     /// True exactly when the head limit came from the command ([`SinkConfig::close_after_head`]),
     /// the head part is complete (its N lines, each with its newline, have been pushed) and at
@@ -791,7 +791,7 @@ mod tests {
         assert_eq!(store.ids(), vec![0, 1]);
     }
 
-    /// Rescued lines and a capped artifact (SPEC §4.2, §7): a diagnostic in the part the artifact
+    /// Rescued lines and a capped artifact (contract §4.2, §7): a diagnostic in the part the artifact
     /// keeps verbatim is rescued with its line number, which is its line in the artifact; one in
     /// the elided middle is not (no line of the artifact holds it), nor one in the kept end
     /// outside the window (its line number in the artifact depends on where the kept end

@@ -1,4 +1,4 @@
-//! SPEC §3: working directory resolution and timeout validation (pure apart from `stat`).
+//! contract §3: working directory resolution and timeout validation (pure apart from `stat`).
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -71,7 +71,7 @@ fn lexical_normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// A validated timeout (SPEC §3).
+/// A validated timeout (contract §3).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timeout {
     pub duration: Duration,

@@ -335,7 +335,7 @@ fn check_shellwords(input: &[u8]) {
 fn check_sanitize_sink(input: &[u8]) {
     let (o, bytes) = split_opts(input);
     let whole = sanitize::sanitize(bytes);
-    // Chunked at input-chosen points: the same text (the stripper is stateful, SPEC §4.1).
+    // Chunked at input-chosen points: the same text (the stripper is stateful, contract §4.1).
     let mut s = sanitize::Sanitizer::new();
     let mut chunked = String::new();
     let step = usize::from(o[0] % 7) + 1;

@@ -1,14 +1,14 @@
--- artifact://<id> (SPEC §4.3): `:edit artifact://<id>` shows an artifact's full text read-only;
+-- artifact://<id> (contract §4.3): `:edit artifact://<id>` shows an artifact's full text read-only;
 -- `:edit artifact://<id>#L<a>-<b>` also jumps to line <a> and highlights the range (rescued
 -- lines point there); truncated cards load it on demand. The backend only resolves the id to
--- the file (with the exact errors of SPEC §4.3); Neovim reads the file itself, so up to 32 MiB
+-- the file (with the exact errors of contract §4.3); Neovim reads the file itself, so up to 32 MiB
 -- of text never travels through RPC.
 
 local M = {}
 local H = {}
 
 --- Resolves an artifact to its file. Returns true and the path, or false and the exact error
---- text of SPEC §4.3 (e.g. `Artifact 7 not found. Available: 1, 2`).
+--- text of contract §4.3 (e.g. `Artifact 7 not found. Available: 1, 2`).
 ---@param id integer|string id or full `artifact://<id>` URL
 ---@return boolean ok
 ---@return string path_or_err

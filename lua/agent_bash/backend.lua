@@ -15,7 +15,7 @@ local log = require('agent_bash.log')
 ---@field session_dir? string
 ---@field session_id? string
 ---@field warmed? boolean true: the prewarmed bang shell is ready; false: the warm-up ran but started no shell
----@field changes? boolean change receipts (SPEC §13) are on in the backend's settings
+---@field changes? boolean change receipts (contract §13) are on in the backend's settings
 ---@field changes_watch? boolean receipts watch the projects' folders (`[changes] watch`)
 ---@field git? string the git program receipts run (`[changes] git`, else `git`)
 ---@field fence? string the sandbox of tool calls and the kernel's Landlock support

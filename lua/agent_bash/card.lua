@@ -1,11 +1,11 @@
--- Cards (SPEC §8.1 tool call, §8.2 bang command), rendered as data: state + width → lines,
+-- Cards (contract §8.1 tool call, §8.2 bang command), rendered as data: state + width → lines,
 -- highlights, title and footer. No window or buffer calls here; float.lua places the result.
 
 local M = {}
 local H = {}
 
-M.MAX_LINE_CHARS = 4000 -- SPEC §8.2: each line clamped to 4000 characters
-M.DEFAULT_LIMIT_BYTES = 51200 -- the sink's window (SPEC §4.2) when the backend does not say
+M.MAX_LINE_CHARS = 4000 -- contract §8.2: each line clamped to 4000 characters
+M.DEFAULT_LIMIT_BYTES = 51200 -- the sink's window (contract §4.2) when the backend does not say
 
 --- Renders one card.
 ---@param state agent_bash.CardState
@@ -213,7 +213,7 @@ function M.cwd_label(cwd, root)
   return cwd
 end
 
---- Title and footer of a terminal float (SPEC §6): status icon, `$ <command>` cut to fit the
+--- Title and footer of a terminal float (contract §6): status icon, `$ <command>` cut to fit the
 --- width, the status (exit N, cancelled, timed out) and the duration; the footer lists the keys
 --- that work now (terminal mode while running, normal mode once done).
 ---@param state agent_bash.CardState
@@ -274,7 +274,7 @@ function H.add(ctx, text, group)
   end
 end
 
---- Rescued lines (SPEC §7): the diagnostics the window cut off, above the output, each row
+--- Rescued lines (contract §7): the diagnostics the window cut off, above the output, each row
 --- linked to its artifact line. Not once the full artifact is loaded: it holds them in place.
 function H.rescued(ctx)
   local s = ctx.state
@@ -290,7 +290,7 @@ function H.rescued(ctx)
   H.add(ctx, '…', 'AgentBashMore')
 end
 
---- The files a finished run changed (SPEC §13), with the commands that show and undo them;
+--- The files a finished run changed (contract §13), with the commands that show and undo them;
 --- at most `card.changed_lines` names unless expanded.
 function H.changes(ctx)
   local s = ctx.state
@@ -328,7 +328,7 @@ function H.group(ctx, group)
   return ctx.state.exclude and 'AgentBashDim' or group
 end
 
---- Where a remote run runs (SPEC §12): the host it reported, else its profile's name; nil for
+--- Where a remote run runs (contract §12): the host it reported, else its profile's name; nil for
 --- this machine.
 ---@param state agent_bash.CardState
 ---@return string?
@@ -427,7 +427,7 @@ function H.tool_body(ctx)
 end
 
 --- The last `collapsed_lines` display rows, after a `… (K earlier lines, …)` line when rows were
---- skipped (SPEC §8.1).
+--- skipped (contract §8.1).
 function H.collapsed_rows(ctx, lines, spans, unseen)
   local want, width = ctx.collapsed_lines, ctx.width
   local picked = {} -- {source index, seg} from the end
@@ -667,7 +667,7 @@ function H.footer(ctx)
   local s = ctx.state
   local parts = {}
   if s.timeout then
-    -- the backend clamps timeouts to [1, 3600] s (SPEC §3): show the one that applies
+    -- the backend clamps timeouts to [1, 3600] s (contract §3): show the one that applies
     parts[#parts + 1] = ('[Timeout: %ss]'):format(H.number(math.min(3600, math.max(1, s.timeout))))
   end
   local receipt = M.receipt(s.result)
@@ -715,7 +715,7 @@ function M.plug_lhs(name)
   end
 end
 
---- What a finished run cost (SPEC §7 receipt), as the footer shows it: `2.0 s CPU, 210 MiB`;
+--- What a finished run cost (contract §7 receipt), as the footer shows it: `2.0 s CPU, 210 MiB`;
 --- nil when the backend could not tell, or when the run was cheap (under 1 s of CPU and
 --- 100 MiB): a footer on every `ls` saying `0.0 s CPU` would be noise.
 ---@param result? agent_bash.BashResult

@@ -1,4 +1,4 @@
--- What a command did to the files (SPEC §13): `:AgentBashUndo [id]` and `:AgentBashDiff [id]`.
+-- What a command did to the files (contract §13): `:AgentBashUndo [id]` and `:AgentBashDiff [id]`.
 -- Ids are the `changes_id` of a result (shown on the card of a run that changed files); no id
 -- means the newest run that changed files. The backend keeps the files' earlier states in a
 -- shadow git store of its own; this module only asks for them.

@@ -1,4 +1,4 @@
--- The command line of `:AgentBash`, read as `:!` reads its own (SPEC §8.4): `%` and `#` (with
+-- The command line of `:AgentBash`, read as `:!` reads its own (contract §8.4): `%` and `#` (with
 -- modifiers such as `:p`, `:h`, `:t:r`) standing as a word, and `<cword>`, `<cWORD>`, `<cfile>`,
 -- `<cexpr>` anywhere, become what |expand()| gives; `\%`, `\#` and `\<` keep the character.
 -- Everything else stays byte for byte (no |expandcmd()|: it would eat backslashes, and

@@ -1,4 +1,4 @@
--- Session recording and context (SPEC §10), the agent plugin's side. The backend records every
+-- Session recording and context (contract §10), the agent plugin's side. The backend records every
 -- bang command in the session's JSONL file and words the user messages (one source of truth);
 -- this module asks it for them and hands new ones to the agent plugin: at once when the agent
 -- is idle, queued while it is busy (streaming) until it takes them before its next prompt.
@@ -67,9 +67,9 @@ end
 ---@param run agent_bash.Run
 function M._on_bang_done(run)
   if run.state.exclude then
-    return -- recorded, but never sent (SPEC §10)
+    return -- recorded, but never sent (contract §10)
   end
-  -- Only the messages after the cursor travel (SPEC §4.3), a page at a time.
+  -- Only the messages after the cursor travel (contract §4.3), a page at a time.
   repeat
     local messages, err, total = M.context({ offset = H.seen, limit = 200 })
     if not messages then

@@ -632,7 +632,7 @@ function H.win_options(win)
     'Normal:AgentBashNormal,NormalFloat:AgentBashNormal,FloatBorder:AgentBashBorder,FloatTitle:AgentBashTitle,FloatFooter:AgentBashFooter'
 end
 
---- A finished run's full output as lines. A mirrored call's artifact (SPEC §11) is a file of
+--- A finished run's full output as lines. A mirrored call's artifact (contract §11) is a file of
 --- the MCP server that ran it (`artifact_path`), never this editor backend's artifact of the
 --- same id (every backend numbers its own from the start).
 ---@param result agent_bash.BashResult

@@ -1,4 +1,4 @@
--- Quitting while commands run asks first (SPEC §8.4), as `:terminal` jobs do: while any run is
+-- Quitting while commands run asks first (contract §8.4), as `:terminal` jobs do: while any run is
 -- unfinished, a hidden buffer `agent-bash://running` is 'modified', so `:qa`, `:q` in the last
 -- window and `ZZ` stop with "E162: No write since last change for buffer
 -- "agent-bash://running"" (`:confirm qa` asks) and show that buffer, which lists the running

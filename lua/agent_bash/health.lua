@@ -68,7 +68,7 @@ function M.check()
   H.mirror(health)
 end
 
---- Change receipts, undo and diff (SPEC §13): the git they need, and whether they are on.
+--- Change receipts, undo and diff (contract §13): the git they need, and whether they are on.
 function H.changes(health, backend)
   health.start('agent-bash: change receipts (:AgentBashUndo, :AgentBashDiff)')
   local info = backend.info()
@@ -131,7 +131,7 @@ function H.settings(health, backend, bin)
   end
 end
 
---- The MCP servers (`agent-bash mcp`) that show their calls in this editor (SPEC §11).
+--- The MCP servers (`agent-bash mcp`) that show their calls in this editor (contract §11).
 function H.mirror(health)
   health.start('agent-bash: MCP servers mirrored here')
   local mirror = require('agent_bash.mirror')

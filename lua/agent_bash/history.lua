@@ -1,4 +1,4 @@
--- :AgentBashHistory: the session's recorded bang commands (SPEC §9, §10), newest first, with
+-- :AgentBashHistory: the session's recorded bang commands (contract §9, §10), newest first, with
 -- vim.ui.select. A chosen run reopens as a finished card built from its record, or opens its
 -- artifact.
 

@@ -34,7 +34,7 @@ end
 
 --- Runs a bang command (the user's own) in the current directory and shows its card (or, with
 --- `pty`, its terminal). Runs side by side: a second command while one runs starts at once, in
---- its own card and its own shell (SPEC §8.2). The card takes the cursor only with
+--- its own card and its own shell (contract §8.2). The card takes the cursor only with
 --- `card.enter = true`.
 ---@param cmd string
 ---@param opts? agent_bash.RunOpts
@@ -46,7 +46,7 @@ function M.run(cmd, opts)
   end, false, 'a non-empty command')
   validate('opts', opts, 'table', true)
   opts = opts or {}
-  -- A per-buffer or global remote profile (SPEC §12), else the settings' default: on this
+  -- A per-buffer or global remote profile (contract §12), else the settings' default: on this
   -- machine the command starts in the editor's directory; over there (the backend knows which
   -- profile applies) where the session's shell is (`local_cwd`).
   local run = require('agent_bash.runs').start({
@@ -116,7 +116,7 @@ end
 ---@field id integer
 ---@field cancel fun(self: agent_bash.Handle) cancel the call; safe to call twice or after it ended
 
---- Runs an agent's tool call (SPEC §9). `on_done(result)` is called exactly once with the
+--- Runs an agent's tool call (contract §9). `on_done(result)` is called exactly once with the
 --- BashResult (an error result if the call could not run); `on_update(update)` with live,
 --- throttled tails while it runs.
 ---@param params agent_bash.ToolParams
@@ -154,7 +154,7 @@ function M.tool_call(params, callbacks)
   }
 end
 
---- The agent's context (SPEC §10): `{role = 'user', content}` per recorded, non-excluded bang
+--- The agent's context (contract §10): `{role = 'user', content}` per recorded, non-excluded bang
 --- command of this editor session, oldest first, worded by the backend, one page at a time:
 --- at most `opts.limit` (default 50, at most 200) from index `opts.offset` (0-based), or the
 --- last page when `offset` is omitted. Returns the messages, nil and the total count; nil and
@@ -199,7 +199,7 @@ function M.take_pending()
 end
 
 --- Undoes the file changes of run `changes_id` (a result's `changes_id`; nil: the newest run
---- that changed files), without asking (SPEC §13, |agent_bash-undo|). Returns the undo's
+--- that changed files), without asking (contract §13, |agent_bash-undo|). Returns the undo's
 --- result (itself undoable by its `changes_id`), or nil and the refusal naming the files
 --- changed since.
 ---@param changes_id? integer

@@ -1,4 +1,4 @@
--- The editor mirror (SPEC §11): an MCP server (`agent-bash mcp`) started by any agent shows the
+-- The editor mirror (contract §11): an MCP server (`agent-bash mcp`) started by any agent shows the
 -- commands it runs as tool cards in this editor. The server finds the editor ($NVIM, `--nvim
 -- ADDRESS`, or the discovery registry kept here), connects to its RPC address and drives cards
 -- through `hello`, `open` and `event` with nvim_exec_lua. The commands run in the server's own
@@ -96,7 +96,7 @@ function M.event(ev)
   require('agent_bash.backend')._on_event(ev)
 end
 
---- The agent's context (SPEC §10) of this editor, for the server's `agent-bash://context`.
+--- The agent's context (contract §10) of this editor, for the server's `agent-bash://context`.
 ---@return agent_bash.ContextMessage[]
 function M.context()
   local msgs, err = require('agent_bash').context()

@@ -1,4 +1,4 @@
--- Errors → quickfix (SPEC §8.4): a finished run's full output (the artifact when the card holds
+-- Errors → quickfix (contract §8.4): a finished run's full output (the artifact when the card holds
 -- only part of it) goes through Neovim's own 'errorformat' machinery (`setqflist` with `lines`
 -- and `efm`). The format: the `:compiler` mapped to the command's program
 -- (`quickfix.compilers`), else the 'errorformat' of the window the command was typed in, which

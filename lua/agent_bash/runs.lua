@@ -34,7 +34,7 @@ local log = require('agent_bash.log')
 ---@field tail? integer
 ---@field tools? string[]
 ---@field session_key? string
----@field profile? string a remote profile of the backend's settings (SPEC §12)
+---@field profile? string a remote profile of the backend's settings (contract §12)
 ---@field exclude? boolean
 ---@field on_update? fun(update: agent_bash.Update)
 ---@field on_done? fun(result: agent_bash.BashResult)
@@ -103,7 +103,7 @@ function M.start(spec)
   return run
 end
 
---- Shows a run that another process executes (an MCP server mirrored into this editor, SPEC
+--- Shows a run that another process executes (an MCP server mirrored into this editor, contract
 --- §11): its card, fed by the same events as a backend run, but no `run` is sent to the
 --- backend; cancelling it calls `cancel`.
 ---@param spec agent_bash.RunSpec|{client?: string}
@@ -262,7 +262,7 @@ function M.on_event(ev)
       end
     end
   elseif ev.type == 'error' then
-    -- The backend's own words (SPEC §3 texts such as `Working directory does not exist: …`)
+    -- The backend's own words (contract §3 texts such as `Working directory does not exist: …`)
     -- reach the agent exactly; the card still says `Bash command failed: …`.
     M.fail(run, ev.message or 'unknown error', true)
   else

@@ -1,4 +1,4 @@
--- Terminal floats for PTY runs (SPEC §6). The backend owns the PTY: when a PTY run starts it
+-- Terminal floats for PTY runs (contract §6). The backend owns the PTY: when a PTY run starts it
 -- calls `_open` (a request), which shows a float with a terminal channel (nvim_open_term) and
 -- returns the channel and the window size; the backend then writes the raw PTY bytes into that
 -- channel itself. Keys typed in the terminal go back as `pty_input`, window sizes as
@@ -27,7 +27,7 @@ local log = require('agent_bash.log')
 ---@field command string
 ---@field origin agent_bash.Origin
 
-M.MIN_COLS, M.MIN_ROWS = 20, 5 -- the smallest PTY the backend accepts (SPEC §6)
+M.MIN_COLS, M.MIN_ROWS = 20, 5 -- the smallest PTY the backend accepts (contract §6)
 M.SCALE = 0.8 -- share of the editor a terminal float takes
 M.ZINDEX = 46 -- above cards (45): the terminal is what the user works in
 

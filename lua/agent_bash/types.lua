@@ -29,7 +29,7 @@
 ---@field limit_bytes? integer window byte limit (default 51200 when absent)
 ---@field limit_lines? integer window line limit, named when `truncated_by` is 'lines'
 
---- A diagnostic of the part the window cut off (SPEC §7), with its artifact line number.
+--- A diagnostic of the part the window cut off (contract §7), with its artifact line number.
 ---@class agent_bash.Rescued
 ---@field line integer
 ---@field text string
@@ -40,9 +40,9 @@
 ---@field suggested_tool string
 ---@field message string
 
---- What the model gets (SPEC §7); snake_case as sent by the backend.
+--- What the model gets (contract §7); snake_case as sent by the backend.
 ---@class agent_bash.BashResult
----@field artifact_path? string a mirrored call's artifact file (the MCP server's, SPEC §11)
+---@field artifact_path? string a mirrored call's artifact file (the MCP server's, contract §11)
 ---@field output string
 ---@field exit_code? integer
 ---@field cancelled boolean
@@ -58,10 +58,10 @@
 ---@field shell_restarted? boolean
 ---@field timeout_clamped_from? number
 ---@field blocked? agent_bash.Blocked
----@field remote? {profile: string, host?: string} where a remote profile ran it (SPEC §12)
+---@field remote? {profile: string, host?: string} where a remote profile ran it (contract §12)
 ---@field truncation? agent_bash.Truncation
----@field rescued? agent_bash.Rescued[] diagnostics the window cut off (SPEC §7)
----@field resources? {wall_ms: integer, cpu_user_ms?: integer, cpu_sys_ms?: integer, max_rss_kib?: integer} receipt (SPEC §7)
+---@field rescued? agent_bash.Rescued[] diagnostics the window cut off (contract §7)
+---@field resources? {wall_ms: integer, cpu_user_ms?: integer, cpu_sys_ms?: integer, max_rss_kib?: integer} receipt (contract §7)
 ---@field error? string set by Lua when the run could not start or the backend died
 
 --- A live update, as passed to `on_update`.
@@ -73,7 +73,7 @@
 ---@field total_bytes integer
 ---@field elapsed_ms integer
 
---- Parameters of a tool call (SPEC §9).
+--- Parameters of a tool call (contract §9).
 ---@class agent_bash.ToolParams
 ---@field command string
 ---@field timeout? number seconds
@@ -82,7 +82,7 @@
 ---@field tail? integer
 ---@field tools? string[]
 ---@field session_key? string
----@field profile? string a remote profile of the backend's settings (SPEC §12); `local`: here
+---@field profile? string a remote profile of the backend's settings (contract §12); `local`: here
 
 ---@class agent_bash.ToolCallbacks
 ---@field on_update? fun(update: agent_bash.Update)
@@ -104,11 +104,11 @@
 ---@field error? string why the run failed to start / died
 ---@field full_lines? string[] the artifact's text, once loaded
 ---@field cancel_requested? boolean
----@field client? string the MCP client that made the call (mirrored calls, SPEC §11)
+---@field client? string the MCP client that made the call (mirrored calls, contract §11)
 ---@field cwd? string where the command started on this machine (nil when elsewhere)
 ---@field profile? string the remote profile named at the start (the header's `host:` until the result says the host)
 ---@field started_at? integer vim.uv.now() when the run started (the title's elapsed time)
----@field waiting_input? boolean a PTY run's program waits for input (SPEC §8.4)
+---@field waiting_input? boolean a PTY run's program waits for input (contract §8.4)
 
 ---@class agent_bash.CardOpts
 ---@field width integer text width of the window
@@ -139,7 +139,7 @@
 ---@field width? integer set by float.lua: the width it was rendered for
 ---@field links table<integer, [integer, integer]> 0-based row → {artifact id, line} (rescued lines)
 
---- Session recording (SPEC §10), as the backend's `get_context` and `history` give it.
+--- Session recording (contract §10), as the backend's `get_context` and `history` give it.
 ---@class agent_bash.ContextMessage
 ---@field role 'user'
 ---@field content string

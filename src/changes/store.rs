@@ -1,4 +1,4 @@
-//! The shadow git object store of one project (SPEC §13), and the blocking work on it.
+//! The shadow git object store of one project (contract §13), and the blocking work on it.
 //!
 //! `<state>/changes/<name>-<hash>/` is a bare git directory of our own. Every git we run gets
 //! `GIT_DIR` = that directory and `GIT_WORK_TREE` = the project root, no system or global
@@ -264,7 +264,7 @@ impl Git {
             .current_dir(&self.root)
             .stdin(Stdio::null());
         // What git writes in the store (objects, index, refs) is the user's alone, whatever
-        // the umask (SPEC §13); the store never sets core.sharedRepository.
+        // the umask (contract §13); the store never sets core.sharedRepository.
         // SAFETY: umask(2) is async-signal-safe and cannot fail; nothing else runs in the hook.
         unsafe {
             cmd.pre_exec(|| {
@@ -312,7 +312,7 @@ pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
     if shadow.join("config").is_file() && shadow.join("objects").is_dir() {
         return Ok(());
     }
-    // Private (SPEC §13): the store holds copies of the project's files.
+    // Private (contract §13): the store holds copies of the project's files.
     use crate::shell::rundir::{private_dirs, write_private};
     private_dirs(&shadow.join("info"))
         .and_then(|()| private_dirs(&shadow.join("objects")))
@@ -486,7 +486,7 @@ pub enum Reach {
 }
 
 /// The project root, opened once: every path of an undo is resolved beneath it, one component
-/// at a time, without following symbolic links (SPEC §13), so nothing outside it is written
+/// at a time, without following symbolic links (contract §13), so nothing outside it is written
 /// whatever links the project holds (a link the agent or the user put where a folder was).
 pub struct Beneath {
     root: OwnedFd,

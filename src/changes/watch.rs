@@ -1,5 +1,5 @@
 //! Which parts of a project changed since its last snapshot, so that a warm snapshot re-reads
-//! only those (SPEC §13: bounded cost).
+//! only those (contract §13: bounded cost).
 //!
 //! A [`Watch`] holds one inotify instance with a watch on every directory of the project that
 //! git does not ignore (and that is not a `.git`). Between two snapshots it collects, from the

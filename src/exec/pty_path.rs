@@ -1,4 +1,4 @@
-//! The PTY branch of the pipeline (SPEC §6): after normalize, intercept and validate, a command
+//! The PTY branch of the pipeline (contract §6): after normalize, intercept and validate, a command
 //! that [`crate::pty::wants_pty`] picks runs in a PTY instead of a shell session, and its screen
 //! text goes through the same sanitizer, sink, artifacts and result shaping as pipe output.
 //!
@@ -26,14 +26,14 @@ pub(super) struct PtyJob<'a> {
     pub started: Instant,
     /// Bang commands keep the editor's handles in their environment.
     pub origin: super::Origin,
-    /// The fence of a tool call's shell (SPEC §13).
+    /// The fence of a tool call's shell (contract §13).
     pub fence: Option<&'a crate::fence::Fence>,
     /// Keep styled display lines ([`super::Request::display`]: someone shows the run).
     pub display: bool,
 }
 
 impl Runtime {
-    /// Runs one command in a PTY whatever the selection rules say (an explicit request, SPEC §6),
+    /// Runs one command in a PTY whatever the selection rules say (an explicit request, contract §6),
     /// through the whole pipeline: normalize, intercept and validate as [`Runtime::run`], then
     /// the PTY.
     ///
@@ -85,7 +85,7 @@ impl Runtime {
         cfg.snapshot = self.snapshot().await;
         cfg.fence = fence.cloned();
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
-        // A terminal cannot be closed early as a pipe can (SPEC §1's head-only rule), so a
+        // A terminal cannot be closed early as a pipe can (contract §1's head-only rule), so a
         // head-only `| head -n N` stage stayed in the command ([`crate::normalize::normalize_pty`]):
         // the real `head` ends the producer exactly as under bash.
         let end = pty::run(&cfg, &norm.runnable(), cwd, hooks, deadline, &cancel, &mut out).await;

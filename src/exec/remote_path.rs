@@ -1,4 +1,4 @@
-//! The remote branch of the pipeline (SPEC §12): a command whose call names a profile (or that
+//! The remote branch of the pipeline (contract §12): a command whose call names a profile (or that
 //! `default_profile` sends away) runs in a persistent shell on the other side of the profile's
 //! engine, one session per (profile, session key). Normalize, intercept, the sink, artifacts
 //! and result shaping are the same as for a local run; only the shell is elsewhere, and the cwd
@@ -109,7 +109,7 @@ impl Runtime {
         }
     }
 
-    /// Runs `req` in the remote session of `profile` (SPEC §12).
+    /// Runs `req` in the remote session of `profile` (contract §12).
     pub(super) async fn remote_path(
         &self,
         req: Request,
@@ -268,7 +268,7 @@ impl Runtime {
     }
 }
 
-/// The variables a remote shell exports: the agent markers and the hardening of SPEC §6, then
+/// The variables a remote shell exports: the agent markers and the hardening of contract §6, then
 /// the user's `env` setting (the local environment stays here: its paths mean nothing there).
 pub fn remote_env(s: &settings::Settings) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![("AGENT_BASH".into(), "1".into())];

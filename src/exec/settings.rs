@@ -29,9 +29,9 @@ pub struct Settings {
     pub virtual_terminal: Option<String>,
     /// Root of the per-session artifact directories. Default: `<state dir>/agent-bash`.
     pub state_dir: Option<PathBuf>,
-    /// `[changes]`: change receipts and undo (SPEC §13).
+    /// `[changes]`: change receipts and undo (contract §13).
     pub changes: crate::changes::ChangesSettings,
-    /// The fence of tool-call shells (SPEC §13): `"workspace-write"`, `"read-only"` or `"off"`.
+    /// The fence of tool-call shells (contract §13): `"workspace-write"`, `"read-only"` or `"off"`.
     /// Default off. Bang commands are never fenced.
     pub sandbox: Option<SandboxMode>,
     /// `[sandbox_by_key]`: the fence of the sessions of one session key (overrides `sandbox`).
@@ -41,7 +41,7 @@ pub struct Settings {
     /// The one directory tree a `workspace-write` shell may write besides the temp dir and
     /// `sandbox_writable` (absolute or `~/…`). Default: the project root (git work tree, else
     /// the directory itself) of the directory the backend started in. A request's `cwd` never
-    /// changes it (SPEC §13).
+    /// changes it (contract §13).
     pub sandbox_root: Option<PathBuf>,
     /// `false` denies TCP bind/connect in fenced shells where the kernel's Landlock has it.
     /// Default true.
@@ -50,7 +50,7 @@ pub struct Settings {
     /// `posix_spawn` from a loadable builtin instead of bash's fork. Default true.
     pub spawn: Option<bool>,
     /// `[profiles]`: name → the words that start a shell elsewhere and give us its stdin and
-    /// stdout (SPEC §12), e.g. `dev = ["ssh", "-T", "devbox"]`. Default: none.
+    /// stdout (contract §12), e.g. `dev = ["ssh", "-T", "devbox"]`. Default: none.
     pub profiles: BTreeMap<String, Vec<String>>,
     /// The profile of calls that name none. Default: none (this machine); a call can still say
     /// `profile = "local"`.
@@ -58,7 +58,7 @@ pub struct Settings {
     /// `[profile_by_key]`: the profile of one session key's calls that name none (overrides
     /// `default_profile`; `"local"` keeps a key on this machine).
     pub profile_by_key: BTreeMap<String, String>,
-    /// `[mcp]`: what `agent-bash mcp` answers (SPEC §11).
+    /// `[mcp]`: what `agent-bash mcp` answers (contract §11).
     pub mcp: McpSettings,
 }
 
@@ -68,7 +68,7 @@ pub struct Settings {
 pub struct McpSettings {
     /// Tool results also carry the `BashResult` as structured content, and the tools declare an
     /// output schema. Default false: agents that see structured content hand it to the model
-    /// instead of the text (SPEC §11), so by default the result is text only and the
+    /// instead of the text (contract §11), so by default the result is text only and the
     /// `BashResult` travels in `_meta` (`agent-bash/result`).
     pub structured_content: bool,
 }
@@ -188,7 +188,7 @@ impl Settings {
     }
 
     /// The profile of a call of session key `key` that names none: `[profile_by_key]`, else
-    /// `default_profile` (SPEC §12).
+    /// `default_profile` (contract §12).
     pub fn profile_for(&self, key: &str) -> Option<&str> {
         self.profile_by_key.get(key).or(self.default_profile.as_ref()).map(String::as_str)
     }
@@ -199,7 +199,7 @@ impl Settings {
             || self.sandbox_by_key.values().any(|m| *m != SandboxMode::Off)
     }
 
-    /// The fence mode of tool calls of session key `key` (SPEC §13).
+    /// The fence mode of tool calls of session key `key` (contract §13).
     pub fn sandbox_for(&self, key: &str) -> SandboxMode {
         self.sandbox_by_key.get(key).copied().or(self.sandbox).unwrap_or(SandboxMode::Off)
     }
@@ -214,7 +214,7 @@ impl Settings {
         self.sandbox_root.as_deref().map(expand_home)
     }
 
-    /// The shell to run (SPEC §5).
+    /// The shell to run (contract §5).
     pub fn resolve_shell(&self) -> PathBuf {
         if let Some(s) = &self.shell {
             return s.clone();
@@ -261,7 +261,7 @@ pub fn split_words(s: &str) -> Result<Vec<String>> {
     shell_words::split(s).map_err(|e| Error::InvalidInput(format!("prefix: {e} in {s:?}")))
 }
 
-/// The non-interactive hardening environment (SPEC §6), given to every command.
+/// The non-interactive hardening environment (contract §6), given to every command.
 pub const HARDENING: &[(&str, &str)] = &[
     ("PAGER", "cat"),
     ("GIT_PAGER", "cat"),

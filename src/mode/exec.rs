@@ -27,7 +27,7 @@ pub struct ExecArgs {
     /// Shell session key (state is kept per key within one process).
     #[arg(long)]
     pub session_key: Option<String>,
-    /// Run on the other side of this profile of the settings (SPEC §12; `local`: here).
+    /// Run on the other side of this profile of the settings (contract §12; `local`: here).
     #[arg(long)]
     pub profile: Option<String>,
     /// Tool names the caller offers (comma-separated), for interception.
@@ -39,7 +39,7 @@ pub struct ExecArgs {
     /// Print the BashResult as JSON instead of the text.
     #[arg(long)]
     pub json: bool,
-    /// Run in a pseudo-terminal; the text is the terminal's rendering (SPEC §6).
+    /// Run in a pseudo-terminal; the text is the terminal's rendering (contract §6).
     #[arg(long)]
     pub pty: bool,
     /// The command, after `--`.
@@ -52,7 +52,7 @@ pub const EXIT_TIMEOUT: i32 = 124;
 /// Exit status for a cancelled command (as a shell after SIGINT).
 pub const EXIT_CANCELLED: i32 = 130;
 
-/// Parses a timeout flag; anything but a number is an error (SPEC §3).
+/// Parses a timeout flag; anything but a number is an error (contract §3).
 pub fn parse_timeout_flag(raw: &str) -> Result<f64> {
     raw.trim().parse::<f64>().map_err(|_| Error::InvalidTimeout(raw.to_string()))
 }

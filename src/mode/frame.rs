@@ -1,4 +1,4 @@
-//! A guard in front of nvim-rs on the msgpack wire (SPEC §9: bounded memory, bad input answered).
+//! A guard in front of nvim-rs on the msgpack wire (contract §9: bounded memory, bad input answered).
 //!
 //! nvim-rs ends its loop on the first message it cannot decode (a method name that is not
 //! UTF-8, a request with three elements, a stray byte), and buffers a message of any declared

@@ -1,4 +1,4 @@
-//! `agent-bash mcp`: a Model Context Protocol server over stdio (SPEC §11) on the official Rust
+//! `agent-bash mcp`: a Model Context Protocol server over stdio (contract §11) on the official Rust
 //! SDK (`rmcp`). Decode, call the runtime, encode; no business logic here.
 //!
 //! * tool `bash` → [`Runtime::run`] (the full tool path, §1–§7, persistent shell sessions). Text
@@ -362,7 +362,7 @@ impl ServerHandler for Server {
 }
 
 impl Server {
-    /// `bash_undo` (SPEC §13): puts back the files a `bash` call changed. The text is the
+    /// `bash_undo` (contract §13): puts back the files a `bash` call changed. The text is the
     /// undo's summary or the refusal naming the files changed since; the data (in `_meta`, and
     /// as structured content when asked for) is the undo's own receipt (`changes_id` undoes the
     /// undo) or `{conflicts}`.

@@ -1,4 +1,4 @@
-//! The editor mirror of `agent-bash mcp` (SPEC §11): every call an MCP client makes shows live
+//! The editor mirror of `agent-bash mcp` (contract §11): every call an MCP client makes shows live
 //! as a tool card in the user's Neovim, and cancelling that card cancels the call.
 //!
 //! The editor is found by [`find_editor`]: `$NVIM` (an agent started in a Neovim terminal),
@@ -65,7 +65,7 @@ pub fn registry_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// The editor to mirror into, by SPEC §11's order: `$NVIM`, else `--nvim ADDRESS`, else with
+/// The editor to mirror into, by contract §11's order: `$NVIM`, else `--nvim ADDRESS`, else with
 /// `auto` the newest registered live editor whose cwd contains `cwd`. `off` means none.
 pub fn find_editor(flag: &str, cwd: &Path) -> Option<String> {
     if flag == "off" {
@@ -203,7 +203,7 @@ impl Mirror {
         }
     }
 
-    /// The editor's recorded bang commands in SPEC §10 wording, one message after the other;
+    /// The editor's recorded bang commands in contract §10 wording, one message after the other;
     /// `None` when no editor is mirrored.
     pub async fn context(&self) -> Option<std::result::Result<String, String>> {
         if !self.alive() {

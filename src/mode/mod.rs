@@ -24,7 +24,7 @@ pub fn state_root(settings: &Settings) -> PathBuf {
     settings.state_dir.clone().unwrap_or_else(crate::artifacts::state_root)
 }
 
-/// Removes artifact directories past the retention limit (SPEC §4.3); failures are only logged.
+/// Removes artifact directories past the retention limit (contract §4.3); failures are only logged.
 /// Runs once at start-up, before any command is served.
 pub fn prune_artifacts(root: &Path, settings: &Settings) {
     let age = Duration::from_secs(settings.limits.retention_days * 24 * 3600);
@@ -79,7 +79,7 @@ pub fn start_runtime(settings: Settings, session_id: Option<&str>) -> crate::Res
     Ok(rt)
 }
 
-/// Records a finished bang command in the session's JSONL file (SPEC §10); failures are logged.
+/// Records a finished bang command in the session's JSONL file (contract §10); failures are logged.
 /// The line is written off the runtime thread, starting now: the caller prepares its answer
 /// meanwhile and awaits [`RecordWrite::done`] before sending it, so whoever got the answer finds
 /// the record on disk.
@@ -138,7 +138,7 @@ pub fn page_args(
     Ok((offset, limit))
 }
 
-/// A page of the agent's context (SPEC §10): `{messages: [{role = "user", content}], offset,
+/// A page of the agent's context (contract §10): `{messages: [{role = "user", content}], offset,
 /// total}`, oldest first. The record is read off the runtime thread.
 pub async fn context_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_json::Value {
     let log = crate::session::SessionLog::new(rt.store().dir());
@@ -165,7 +165,7 @@ pub async fn history_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> 
     serde_json::json!({"runs": page.items, "offset": page.offset, "total": page.total})
 }
 
-/// `undo` (SPEC §13) for the wires: the undo's result as JSON, or the refusal's text with the
+/// `undo` (contract §13) for the wires: the undo's result as JSON, or the refusal's text with the
 /// conflicting paths (`{conflicts: [...]}`) when files changed since.
 pub async fn undo_json(
     rt: &Runtime,

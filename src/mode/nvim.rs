@@ -4,9 +4,9 @@
 //! Contract with `lua/agent_bash/backend.lua`:
 //! * requests (answered at once): `hello {version}` → `{version, pid, session_dir}`;
 //!   `ping` → `"pong"`; `artifact_path {url}` → the artifact's file path (Lua reads the file:
-//!   artifact text never travels through RPC), or an error whose message is the exact SPEC
+//!   artifact text never travels through RPC), or an error whose message is the exact contract
 //!   §4.3 text. `get_context {offset?, limit?}` → `{messages, offset, total}`, a page of the
-//!   agent's context messages (SPEC §10); `history {offset?, limit?}` → `{runs, offset,
+//!   agent's context messages (contract §10); `history {offset?, limit?}` → `{runs, offset,
 //!   total}`, a page of the session's recorded bang commands (no offset: the last page).
 //! * malformed input (bad msgpack, wrong shapes, wrong parameter types, strings that are not
 //!   UTF-8, unknown methods) is answered with an error naming the problem; a notification has
@@ -19,7 +19,7 @@
 //!   event),
 //!   `cancel {id}` (a PTY run is force-killed), `pty_input {id, data}` (raw bytes typed in the
 //!   terminal, normalized in Rust), `pty_resize {id, cols, rows}`.
-//! * a PTY run (SPEC §6: `pty = true`, or a tool call with `virtual_terminal = "on"` and
+//! * a PTY run (contract §6: `pty = true`, or a tool call with `virtual_terminal = "on"` and
 //!   `ui = true`) first asks Lua for a view: `require('agent_bash.terminal')._open(id, {command,
 //!   origin})` returns `{chan, cols, rows}`; the raw PTY bytes then go to that channel with
 //!   `nvim_chan_send`, with flow control (a slow editor slows the program, not our memory).
@@ -194,7 +194,7 @@ impl Handler for Backend {
                     .map(|p| Value::from(p.to_string_lossy().as_ref()))
                     .map_err(|e| Value::from(e.to_string()))
             }
-            // SPEC §13: `undo {id?}`, `undo_check {id?}`, `changes {id?}`, `changes_before {id, path}`.
+            // contract §13: `undo {id?}`, `undo_check {id?}`, `changes {id?}`, `changes_before {id, path}`.
             "undo" | "undo_check" | "changes" | "changes_before" => {
                 let id = match params.get("id") {
                     None | Some(serde_json::Value::Null) => None,
@@ -296,7 +296,7 @@ impl Handler for Backend {
                 tokio::spawn(async move { this.run(id, params, nvim, cancel).await });
             }
             "cancel" => {
-                // A PTY run is force-killed (the kill key, SPEC §6); others are cancelled.
+                // A PTY run is force-killed (the kill key, contract §6); others are cancelled.
                 if !self.pty_control(id, PtyControl::Kill) {
                     if let Ok(runs) = self.runs.lock() {
                         if let Some(c) = runs.get(&id) {
@@ -509,7 +509,7 @@ impl Backend {
         }
     }
 
-    /// Asks Lua for a terminal view (SPEC §6): a float holding `nvim_open_term`, whose channel
+    /// Asks Lua for a terminal view (contract §6): a float holding `nvim_open_term`, whose channel
     /// gets the raw PTY bytes. Returns the run's hooks and the task that pumps the bytes.
     async fn open_terminal(
         &self,
@@ -553,7 +553,7 @@ impl Backend {
         let on_output: OutputFn = Arc::new(move |bytes: &[u8]| {
             let _ = out_tx.blocking_send(bytes.to_vec());
         });
-        // Waiting for input (SPEC §8.4): marked on the card and title, a notice for tool calls.
+        // Waiting for input (contract §8.4): marked on the card and title, a notice for tool calls.
         let waiting_nvim = nvim.clone();
         let on_waiting: crate::pty::WaitingFn = Arc::new(move |waiting: bool| {
             let n = waiting_nvim.clone();

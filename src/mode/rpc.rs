@@ -1,5 +1,5 @@
 //! `agent-bash rpc`: JSON lines over stdio, wire-compatible with the reference agent's RPC
-//! `bash` / `abort_bash` (SPEC §9), plus `tool_call` with execution events.
+//! `bash` / `abort_bash` (contract §9), plus `tool_call` with execution events.
 //!
 //! Every request is handled on its own task, so `abort_bash` interrupts a running `bash`.
 //! One writer task owns stdout; everything else sends it finished lines.
@@ -30,7 +30,7 @@ pub struct RpcArgs {
 }
 
 /// Longest request line accepted: a command with its options fits many times over. A longer
-/// line is refused with a parse error while it streams by, never held whole (SPEC §9).
+/// line is refused with a parse error while it streams by, never held whole (contract §9).
 pub const MAX_LINE: usize = 1 << 20;
 /// Lines waiting for stdout. When the client stops reading, senders wait here (back-pressure):
 /// final responses are never dropped, live updates are coalesced per tool call.
@@ -122,7 +122,7 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
         });
         while tasks.try_join_next().is_some() {}
     }
-    // stdin closed (SPEC §9): the client is gone. Running requests get a grace period, then are
+    // stdin closed (contract §9): the client is gone. Running requests get a grace period, then are
     // cancelled and answered as cancelled; a signal cancels at once.
     if !signalled {
         let finished = tokio::select! {
@@ -212,7 +212,7 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
         if !too_long {
             if buf.len() + take > MAX_LINE {
                 too_long = true;
-                // The id is echoed when the part we saw names one (SPEC §9, Ours).
+                // The id is echoed when the part we saw names one (contract §9, Ours).
                 let seen = String::from_utf8_lossy(buf);
                 let id = sniff_id(&seen);
                 let msg = format!("request line longer than {MAX_LINE} bytes");
@@ -287,11 +287,11 @@ fn response(
 /// A request line decoded: its id (when it has one), its type and its fields.
 pub type Decoded = (Option<Value>, String, Map<String, Value>);
 
-/// Decodes one request line, or returns the parse error to answer (SPEC §9).
+/// Decodes one request line, or returns the parse error to answer (contract §9).
 pub fn decode_line(line: &str) -> std::result::Result<Decoded, Value> {
     let req: Value = match serde_json::from_str(line) {
         Ok(v) => v,
-        // Echo the id when it can be read at all (SPEC §9, Ours).
+        // Echo the id when it can be read at all (contract §9, Ours).
         Err(e) => return Err(parse_error(sniff_id(line).as_ref(), &e.to_string())),
     };
     let Value::Object(obj) = req else {
@@ -331,7 +331,7 @@ async fn handle(state: &Arc<State>, line: &str) {
             send(&state.out, response(id.as_ref(), kind, res)).await;
         }
         "artifact" => {
-            // SPEC §4.3: `artifact://<id>` or `artifact://<id>#L<a>-<b>`; errors word-exact.
+            // contract §4.3: `artifact://<id>` or `artifact://<id>#L<a>-<b>`; errors word-exact.
             let url = obj.get("url").and_then(Value::as_str).unwrap_or("").to_owned();
             let store = state.rt.store().clone();
             // Up to 32 MiB from disk: off the runtime thread.
@@ -345,7 +345,7 @@ async fn handle(state: &Arc<State>, line: &str) {
             send(&state.out, response(id.as_ref(), "artifact", res)).await;
         }
         "undo" => {
-            // SPEC §13: `changes_id` (absent: the newest run with changes).
+            // contract §13: `changes_id` (absent: the newest run with changes).
             let v = match get_count(obj, "changes_id") {
                 Ok(changes_id) => {
                     match super::undo_json(&state.rt, changes_id.map(|n| n as u64)).await {

@@ -1,5 +1,5 @@
 //! Keys typed in a terminal view, rewritten into the bytes the program in the PTY expects
-//! (SPEC §6).
+//! (contract §6).
 //!
 //! The input is what the user's terminal (Neovim's terminal buffer) produced: plain bytes, legacy
 //! escape sequences (`ESC [ A`), and possibly Kitty keyboard-protocol sequences (`CSI 97;5u`),

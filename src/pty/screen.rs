@@ -1,4 +1,4 @@
-//! The terminal a PTY run draws on, and the model-facing text read from it (SPEC §6).
+//! The terminal a PTY run draws on, and the model-facing text read from it (contract §6).
 //!
 //! A PTY run's text is what a person watching the terminal saw: the rows that scrolled off the
 //! top, then the final screen. Cursor movement, `\r` redraws and clears therefore collapse the way

@@ -1,4 +1,4 @@
-//! Is a PTY run's program waiting for the person at the keyboard? (SPEC §8.4)
+//! Is a PTY run's program waiting for the person at the keyboard? (contract §8.4)
 //!
 //! A program asking a question (`read`, a password or passphrase prompt, `git push` through
 //! ssh, a REPL's prompt, `input()`) sleeps in a call that waits for its terminal while its output

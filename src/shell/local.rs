@@ -15,7 +15,7 @@
 //!   nonce is random per command and travels only in the protocol line, after the command, so
 //!   the command cannot know it before it has ended: no descriptor the runtime reads a status
 //!   from is open while the command runs, and a forged line (on any descriptor, in the FIFO)
-//!   is just output (SPEC §5). The shell's stdout (a pipe) carries only the start-up reply;
+//!   is just output (contract §5). The shell's stdout (a pipe) carries only the start-up reply;
 //!   afterwards it is watched for its end (the shell exited), and what is written to it is
 //!   dropped.
 //! * the output FIFO (one per command, created by us, opened for reading *before* the command is
@@ -24,7 +24,7 @@
 //!   keep writing never corrupt the protocol, and dropping our read end gives the producer
 //!   SIGPIPE exactly as `| head` would.
 //!
-//! # No command breaks the next one (SPEC §5)
+//! # No command breaks the next one (contract §5)
 //! For bash, the protocol line holds no reserved word and every builtin is written `\builtin`:
 //! after an `eval` that hit the end of its text inside a quote, bash no longer recognizes a
 //! reserved word at the start of the next line it reads (measured with bash 5.2: `{` then
@@ -68,9 +68,9 @@ use super::procs;
 use super::zsh;
 
 /// After the foreground part ends, background jobs may still hold the output pipe: wait while it
-/// keeps producing, but return once it has been idle this long (SPEC §5).
+/// keeps producing, but return once it has been idle this long (contract §5).
 pub const BACKGROUND_IDLE: Duration = Duration::from_millis(250);
-/// ... and never longer than this after the foreground ended (SPEC §5).
+/// ... and never longer than this after the foreground ended (contract §5).
 pub const BACKGROUND_CAP: Duration = Duration::from_secs(2);
 /// After a kill, how long to keep draining output that was already written.
 const DRAIN_AFTER_KILL: Duration = Duration::from_millis(200);
@@ -96,7 +96,7 @@ pub fn runtime_base() -> PathBuf {
 }
 
 /// The places [`runtime_base`] may choose, usable ones only, best first (the runtime takes the
-/// first one no fenced shell may write, SPEC §13).
+/// first one no fenced shell may write, contract §13).
 pub fn runtime_bases() -> Vec<PathBuf> {
     let usable = |dir: &Path| {
         use std::os::unix::ffi::OsStrExt;
@@ -284,21 +284,21 @@ pub struct ShellConfig {
     pub runtime_dir: PathBuf,
     /// The backend's owner mark value ([`procs::OWNER_VAR`]).
     pub owner: String,
-    /// The Landlock fence the shell starts under (SPEC §13); none for bang commands.
+    /// The Landlock fence the shell starts under (contract §13); none for bang commands.
     pub fence: Option<crate::fence::Fence>,
     /// Load the spawn builtin into bash sessions ([`SPAWN_SO`]).
     pub spawn: bool,
 }
 
 /// Receives a command's raw output. Returning `false` closes the output stream (the producer
-/// then gets SIGPIPE), used for the head-only rule of SPEC §1.
+/// then gets SIGPIPE), used for the head-only rule of contract §1.
 pub trait OutputSink: Send {
     fn data(&mut self, bytes: &[u8]) -> bool;
     /// Called when no output has arrived for [`IDLE_TICK`] while the command runs (a chance to
     /// send a live update that the throttle held back).
     fn idle(&mut self) {}
     /// When to close the output stream even if no more output arrives (the time bound of the
-    /// head-only rule, SPEC §1).
+    /// head-only rule, contract §1).
     fn close_at(&self) -> Option<Instant> {
         None
     }
@@ -1227,7 +1227,7 @@ async fn read_some(rx: &mut Option<OutputEnd>, buf: &mut [u8]) -> io::Result<usi
     }
 }
 
-/// Exit code of a process: its status, or 128 + signal number (SPEC §5).
+/// Exit code of a process: its status, or 128 + signal number (contract §5).
 pub fn exit_code(st: std::process::ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;
     st.code().or_else(|| st.signal().map(|s| 128 + s))

@@ -51,7 +51,7 @@ pub fn random_hex<const N: usize>() -> std::io::Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
-/// Who asked for the command: an agent (full tool path) or the user (SPEC §8.2 bang semantics).
+/// Who asked for the command: an agent (full tool path) or the user (contract §8.2 bang semantics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Origin {
     #[default]

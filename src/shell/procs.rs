@@ -62,7 +62,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-/// How long processes get between SIGTERM and SIGKILL (SPEC §5).
+/// How long processes get between SIGTERM and SIGKILL (contract §5).
 pub const KILL_GRACE: Duration = Duration::from_millis(500);
 /// A kill re-checks whether its processes are gone after this long, doubling up to
 /// [`KILL_POLL_MAX`]: most trees die within a millisecond of SIGTERM, and a cancel should

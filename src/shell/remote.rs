@@ -1,4 +1,4 @@
-//! Remote shell sessions (SPEC §12): a persistent shell on the other side of any engine that
+//! Remote shell sessions (contract §12): a persistent shell on the other side of any engine that
 //! gives a byte stream (`ssh -T host`, `docker exec -i box sh`, `kubectl exec -i pod -- sh`).
 //!
 //! # Design
@@ -80,7 +80,7 @@ pub struct RemoteConfig {
     pub profile: String,
     /// The words that start the engine: `["ssh", "-T", "devbox"]`.
     pub argv: Vec<String>,
-    /// Variables exported in the remote shell (the hardening of SPEC §6, the user's `env`).
+    /// Variables exported in the remote shell (the hardening of contract §6, the user's `env`).
     pub env: Vec<(String, String)>,
     pub encoder: Encoder,
 }
@@ -314,7 +314,7 @@ impl RemoteShell {
     }
 
     /// Runs one command in `cwd` (None: where the last command left the shell). Output goes to
-    /// `out` as it arrives. Same ending rules as a local run (SPEC §5).
+    /// `out` as it arrives. Same ending rules as a local run (contract §5).
     pub async fn run(
         &mut self,
         command: &str,

@@ -1,4 +1,4 @@
-# agent-bash remote driver (SPEC §12). Sent over the engine's stdin and run as
+# agent-bash remote driver (contract §12). Sent over the engine's stdin and run as
 #   bash --noprofile --norc -c "$driver" agent-bash-remote NONCE MARK ENCODER
 # This process is the *reader*: it owns the byte stream from agent-bash (stdin) and never runs a
 # user command. The user's commands run in a second bash (the *shell*), which reads protocol

@@ -1,4 +1,4 @@
-# agent-bash remote reader, fast path (SPEC §12): the same protocol as the bash reader of
+# agent-bash remote reader, fast path (contract §12): the same protocol as the bash reader of
 # remote_driver.sh, in one process when the remote side has perl (no fork per command). It
 # starts the shell (bash in a session of its own), forwards command lines to it through a FIFO,
 # reads every command's output FIFO with select(2) and writes frames (each in one write of at

@@ -21,7 +21,7 @@ pub const LOCK: &str = "backend.lock";
 /// How long a directory must have gone untouched before a sweep may remove it.
 pub const STALE_AFTER: Duration = Duration::from_secs(60);
 
-/// Makes directory `path` with mode 0700, whatever the umask (SPEC §13: private by default).
+/// Makes directory `path` with mode 0700, whatever the umask (contract §13: private by default).
 pub fn private_dir(path: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().mode(0o700).create(path)?;
@@ -51,7 +51,7 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// The mark that [`make_private`] has tightened a state directory once.
 pub const PRIVATE_MARK: &str = ".private";
 
-/// Makes the state directory `dir` private (SPEC §13): created 0700 if missing; the first time
+/// Makes the state directory `dir` private (contract §13): created 0700 if missing; the first time
 /// (no [`PRIVATE_MARK`] yet), every directory and file under it that group or others may reach
 /// (as older versions and git's default modes left them) is tightened to the owner's bits.
 /// Links are not followed.
@@ -105,7 +105,7 @@ impl RunDir {
     pub fn create(base: &Path) -> io::Result<RunDir> {
         use std::os::unix::fs::PermissionsExt;
         let mut builder = tempfile::Builder::new();
-        // 0700 whatever the umask (SPEC §13; tempfile's default follows the umask).
+        // 0700 whatever the umask (contract §13; tempfile's default follows the umask).
         builder.prefix(PREFIX).permissions(std::fs::Permissions::from_mode(0o700));
         let dir = builder.tempdir_in(base).or_else(|_| builder.tempdir())?;
         // The lock file is 0600 too.

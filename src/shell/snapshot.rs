@@ -18,11 +18,11 @@ use std::time::{Duration, SystemTime};
 use super::local::{nonce, quote, ShellKind};
 use super::procs;
 
-/// The rc gets this long to finish (SPEC §5).
+/// The rc gets this long to finish (contract §5).
 pub const CAPTURE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Function and alias names never taken over from the rc: the agent's tools must behave as
-/// documented, not as the user's customisations (SPEC §5).
+/// documented, not as the user's customisations (contract §5).
 const SKIP_NAMES: &[&str] = &[
     "ls", "dir", "vdir", "cat", "head", "tail", "less", "more", "grep", "egrep", "fgrep", "rg",
     "find", "fd", "locate", "sed", "awk", "perl", "cp", "mv", "rm", "mkdir", "rmdir", "touch",
@@ -30,7 +30,7 @@ const SKIP_NAMES: &[&str] = &[
     "basename", "dirname",
 ];
 
-/// Options that would break an agent shell or change what a command means (SPEC §5), as bash
+/// Options that would break an agent shell or change what a command means (contract §5), as bash
 /// (`set -o`/`shopt`) and zsh (`setopt`, lower case without `_`) name them. A zsh option is
 /// dropped whichever way the rc turned it (`setopt noclobber` or `unsetopt clobber` are the same).
 const DROP_OPTIONS: &[&str] = &[
@@ -308,7 +308,7 @@ impl Function<'_> {
 /// Turns the raw dump into the script sessions source, and says what it kept and dropped.
 /// Options come first (completion functions need `extglob` to parse); then the functions, each
 /// with every function it calls or not at all; then the aliases; then PATH. Nothing may take
-/// the name of a builtin or keyword of the shell (SPEC §5, turn 3).
+/// the name of a builtin or keyword of the shell (contract §5, turn 3).
 pub fn filter_dump(raw: &str, kind: ShellKind) -> (String, Report) {
     let mut report = Report::default();
     let mut options = String::new();

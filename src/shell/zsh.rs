@@ -1,4 +1,4 @@
-//! Running a command in zsh as `zsh -c` would (SPEC §5): the driver files shared by shell
+//! Running a command in zsh as `zsh -c` would (contract §5): the driver files shared by shell
 //! sessions ([`super::local`]) and PTY runs ([`crate::pty`]).
 //!
 //! # Why a file named `zsh`

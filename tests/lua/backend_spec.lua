@@ -175,7 +175,7 @@ t.describe('tool_call', function()
     t.ok(vim.api.nvim_get_current_win() ~= card.win, 'tool cards do not take focus')
   end)
 
-  t.it('sends a profile and a remote cwd as given; :AgentBash honours b:/g:agent_bash_profile (SPEC §12)', function()
+  t.it('sends a profile and a remote cwd as given; :AgentBash honours b:/g:agent_bash_profile (contract §12)', function()
     local got = call({ command = 'echo hi', profile = 'dev', cwd = 'src' })
     t.wait(function()
       return #got.done == 1

@@ -1,4 +1,4 @@
--- card.lua: whole rendered cards (SPEC §8.1, §8.2).
+-- card.lua: whole rendered cards (contract §8.1, §8.2).
 local t = ...
 local card = require('agent_bash.card')
 
@@ -426,7 +426,7 @@ t.describe('helpers', function()
   end)
 end)
 
-t.describe('remote card (SPEC §12)', function()
+t.describe('remote card (contract §12)', function()
   t.it('shows the profile while running, then the host the result names', function()
     local s = tool({ profile = 'dev' })
     t.eq({ 'dev:$ make test' }, render(s).lines)
@@ -443,7 +443,7 @@ t.describe('remote card (SPEC §12)', function()
   end)
 end)
 
-t.describe('changed files (SPEC §13)', function()
+t.describe('changed files (contract §13)', function()
   local function changed(n)
     local list = {}
     for i = 1, n do

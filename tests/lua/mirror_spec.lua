@@ -1,4 +1,4 @@
--- mirror.lua: the discovery registry (SPEC §11) and mirrored runs driven through the card API.
+-- mirror.lua: the discovery registry (contract §11) and mirrored runs driven through the card API.
 local t = ...
 
 local dir = vim.fn.tempname()

@@ -68,7 +68,7 @@ async def basics(bin_path, state):
             bash = tools[0]
             jsonschema.Draft202012Validator.check_schema(bash.input_schema)
             # Text only by default: no output schema, so no structured content an agent could
-            # show its model instead of the text (SPEC §11).
+            # show its model instead of the text (contract §11).
             assert bash.output_schema is None, bash
             assert tools[1].output_schema is None, tools[1]
             assert bash.input_schema["required"] == ["command"]
@@ -302,7 +302,7 @@ async def modern(bin_path, state):
 
 
 async def changes(bin_path, state, project):
-    """SPEC §13 over MCP: a call's changes in its structured content and text, and bash_undo."""
+    """contract §13 over MCP: a call's changes in its structured content and text, and bash_undo."""
     params = server(bin_path, state, config_extra="[changes]\nmax_snapshot_ms = 60000\n")
     async with stdio_client(params) as (r, w):
         async with ClientSession(r, w) as s:

@@ -1,4 +1,4 @@
-//! SPEC §13 change receipts and undo, with real git, through the real binary (`exec --json`,
+//! contract §13 change receipts and undo, with real git, through the real binary (`exec --json`,
 //! `rpc`). The MCP wire is in `mcp.rs` (`mcp_sdk_changes_and_bash_undo`), Neovim's commands in
 //! `nvim.rs` (`nvim_undo_and_diff_commands`).
 

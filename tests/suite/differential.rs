@@ -1,17 +1,17 @@
-//! Differential suite (SPEC §1, §5, §7: fidelity first): every command runs under `bash -c` (the
+//! Differential suite (contract §1, §5, §7: fidelity first): every command runs under `bash -c` (the
 //! oracle) and through the runtime, on the pipe path, on the PTY path, and in sequences on one
-//! shell session; the output (after SPEC §4.1's sanitizing) and the status must be the same.
+//! shell session; the output (after contract §4.1's sanitizing) and the status must be the same.
 //!
 //! Deliberate differences, each applied only to the cases that carry its flag:
-//! - [`EVAL`] (SPEC §5): a session runs each command through `eval`, so bash names `eval` where
+//! - [`EVAL`] (contract §5): a session runs each command through `eval`, so bash names `eval` where
 //!   `bash -c` names `-c` in syntax errors and heredoc warnings. The oracle for these cases is
 //!   `bash -c 'eval "$CMD"'`, which prints exactly that.
-//! - [`PRODUCER`] (SPEC §1): with a `| head`/`| tail` stage stripped, the status reported is the
+//! - [`PRODUCER`] (contract §1): with a `| head`/`| tail` stage stripped, the status reported is the
 //!   producer's (the failure `| head` would hide is worth telling the model); the oracle's
 //!   status is then taken from the command without its stage.
-//! - [`ALIASES`] (SPEC §5): a session expands aliases (the rc snapshot re-enables
+//! - [`ALIASES`] (contract §5): a session expands aliases (the rc snapshot re-enables
 //!   `expand_aliases`); the oracle turns it on the same way.
-//! - PTY runs (SPEC §6) are a terminal's rendering: a program sees a terminal, lines carry no
+//! - PTY runs (contract §6) are a terminal's rendering: a program sees a terminal, lines carry no
 //!   trailing spaces and the screen no trailing blank rows. Only cases flagged [`PTY`] (no tabs,
 //!   no lone CR redraws, no tty-dependent output) run there, compared line by line after
 //!   trimming trailing spaces and blank rows on both sides.
@@ -152,7 +152,7 @@ pub(crate) const CORPUS: &[(&str, u8)] = &[
     ("seq 3 | # comment\n tail -n 1", PTY),
     ("echo '#not a comment'", PTY),
     ("echo a#b", PTY),
-    // Unterminated constructs (SPEC §5: each fails alone).
+    // Unterminated constructs (contract §5: each fails alone).
     ("echo 'x", EVAL),
     ("echo \"x", EVAL),
     ("echo `x", EVAL),
@@ -210,7 +210,7 @@ pub(crate) const CORPUS: &[(&str, u8)] = &[
     ("printf '\\n\\n\\n'", 0),
     ("echo -n x; echo -n y", PTY),
     ("printf 'x\\n\\n'", 0),
-    // CR progress bars (SPEC §4.1 applies to both sides).
+    // CR progress bars (contract §4.1 applies to both sides).
     ("printf '10%%\\r55%%\\r100%%\\n'", PTY),
     ("printf 'a\\r\\nb\\r\\n'", PTY),
     ("printf 'progress\\rdone\\n'", 0),
@@ -349,7 +349,7 @@ fn bash_c(b: &Bench, script: &str, extra: &[(&str, &str)]) -> (String, i32) {
     (sanitized(&raw), code)
 }
 
-/// SPEC §4.1's sanitizing, the one documented transformation of every output.
+/// contract §4.1's sanitizing, the one documented transformation of every output.
 fn sanitized(raw: &[u8]) -> String {
     let mut s = Sanitizer::new();
     let mut out = String::new();
@@ -470,7 +470,7 @@ async fn differential_corpus_pty_path(shell: &'static str) {
     let cases: Vec<_> = CORPUS.iter().filter(|(_, f)| f & PTY != 0).collect();
     assert!(cases.len() >= 100, "{} PTY cases", cases.len());
     for &&(command, flags) in &cases {
-        // A PTY keeps a head-only stage (SPEC §1): then bash's own status is the one reported.
+        // A PTY keeps a head-only stage (contract §1): then bash's own status is the one reported.
         let stripped = !b.normalize(command, true).rewrites.is_empty();
         let flags = if stripped { flags } else { flags & !PRODUCER };
         let (out, code) = oracle(&b, command, flags);
@@ -523,16 +523,16 @@ async fn differential_sequences_keep_state_and_survive_errors(shell: &'static st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_deliberate_differences() {
     let b = bench();
-    // SPEC §5: an EXIT trap runs when the session's shell ends, not after each command.
+    // contract §5: an EXIT trap runs when the session's shell ends, not after each command.
     let r = run(&b, "trap 'echo bye' EXIT; echo hi", "d1", false).await;
     assert_eq!(r.text, "hi\n");
     assert_eq!(bash_c(&b, "trap 'echo bye' EXIT; echo hi", &[]).0, "hi\nbye\n");
-    // SPEC §5: `return` at top level returns from the command (bash -c refuses it and goes on).
+    // contract §5: `return` at top level returns from the command (bash -c refuses it and goes on).
     let r = run(&b, "return 3; echo not-reached", "d2", false).await;
     assert_eq!((r.text.as_str(), r.exit_code), ("", Some(3)));
     let (out, code) = bash_c(&b, "return 3; echo x", &[]);
     assert_eq!((out.ends_with("x\n"), code), (true, 0));
-    // SPEC §5: an expansion error fails the command (status 1) instead of ending the shell
+    // contract §5: an expansion error fails the command (status 1) instead of ending the shell
     // (bash -c exits 127); the message is the same.
     let r = run(&b, "set -u; echo ${NOPE_UNSET}", "d3", false).await;
     let (out, code) = bash_c(&b, "set -u; echo ${NOPE_UNSET}", &[]);
@@ -546,7 +546,7 @@ async fn differential_deliberate_differences() {
     b.rt.shutdown().await;
 }
 
-/// SPEC §1: head-limited slow producers end within 0.5 s of bash's time, on pipes and PTYs.
+/// contract §1: head-limited slow producers end within 0.5 s of bash's time, on pipes and PTYs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_head_limited_slow_producers_end_promptly() {
     let b = bench();
@@ -576,7 +576,7 @@ async fn differential_head_limited_slow_producers_end_promptly() {
     b.rt.shutdown().await;
 }
 
-/// SPEC §1: an explicit `head` only limits what is shown: the command runs to its end and its
+/// contract §1: an explicit `head` only limits what is shown: the command runs to its end and its
 /// real status is reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_explicit_head_never_ends_the_command() {
@@ -671,7 +671,7 @@ proptest! {
         let (out, code) = bash_c(&b, &command, &[]);
         let r = rt.block_on(run(&b, &command, "prop", false));
         prop_assert_eq!(&r.text, &out, "{:?}", command);
-        // A stripped stage reports the producer's status (SPEC §1), checked by the corpus.
+        // A stripped stage reports the producer's status (contract §1), checked by the corpus.
         if r.normalized.is_none() {
             prop_assert_eq!(r.exit_code, Some(code), "{:?}", command);
         }

@@ -1,4 +1,4 @@
-//! The editor workflow (SPEC §8.4): a Vim user's habits on a real headless Neovim with the real
+//! The editor workflow (contract §8.4): a Vim user's habits on a real headless Neovim with the real
 //! plugin and backend, keys typed through `nvim_input` as a person would type them.
 
 use std::path::Path;
@@ -615,7 +615,7 @@ async fn editor_screen_card_layout_in_a_real_terminal() {
     assert!(rows[0].starts_with("hello"), "{}", rows.join("\n"));
 }
 
-/// The variables the non-interactive hardening sets (SPEC §6), printed one per line.
+/// The variables the non-interactive hardening sets (contract §6), printed one per line.
 const ENV_PROBE: &str = "for v in CI EDITOR VISUAL GIT_EDITOR PAGER MANPAGER GIT_PAGER LESS GPG_TTY npm_config_yes; do echo \"$v=${!v-unset}\"; done";
 
 #[tokio::test]

@@ -234,7 +234,7 @@ async fn faults_backend_sigkill_leaves_nothing_fallback() {
     backend_sigkill_takes_everything(Tracking::Fallback).await;
 }
 
-/// Tool calls get no handle on the editor; bang commands keep `NVIM` (SPEC §5).
+/// Tool calls get no handle on the editor; bang commands keep `NVIM` (contract §5).
 #[tokio::test]
 async fn faults_tool_calls_get_no_editor_handle() {
     let env = [("NVIM", "/tmp/ab-fake-nvim.sock"), ("NVIM_LISTEN_ADDRESS", "/tmp/ab-fake-listen")];

@@ -1,4 +1,4 @@
-//! The Landlock fence (SPEC §13) with the real kernel: fenced tool-call shells write only in
+//! The Landlock fence (contract §13) with the real kernel: fenced tool-call shells write only in
 //! their workspace, children and `cd` included; bang commands are never fenced; a kernel
 //! without Landlock refuses the call.
 

@@ -121,7 +121,7 @@ async fn load_1000_sequential_calls_stay_flat() {
     assert!(rss2 <= rss + 1024, "RSS grew from {rss} to {rss2} KiB");
 }
 
-/// Warming the bang shell (SPEC §8.4) takes a free place among `limits.max_sessions` or none:
+/// Warming the bang shell (contract §8.4) takes a free place among `limits.max_sessions` or none:
 /// with the one place held by a tool call's shell, it starts nothing.
 #[tokio::test]
 async fn warming_respects_max_sessions() {

@@ -193,7 +193,7 @@ async fn mcp_malformed_json_rpc_is_answered_and_the_server_keeps_serving() {
     assert_eq!(v["result"]["content"][0]["text"], "fine\n", "{v}");
     assert_eq!(v["result"]["isError"], false, "{v}");
     // Text only: the BashResult is in `_meta`, never in a structured content an agent would
-    // hand its model instead of the text (SPEC §11).
+    // hand its model instead of the text (contract §11).
     assert_eq!(v["result"]["content"].as_array().unwrap().len(), 1, "{v}");
     assert!(v["result"].get("structuredContent").is_none(), "{v}");
     assert_eq!(v["result"]["_meta"]["agent-bash/result"]["output"], "fine\n", "{v}");

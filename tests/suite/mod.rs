@@ -1,7 +1,7 @@
 //! Integration suites, one file per area.
 
 mod agents;
-/// Each listed test, `async fn name(shell: &str)`, runs in bash and in zsh (SPEC §5: the user's
+/// Each listed test, `async fn name(shell: &str)`, runs in bash and in zsh (contract §5: the user's
 /// shell is either): as `<file>::bash::name` and `<file>::zsh::name`, the zsh oracle being
 /// `zsh -c` where the bash one is `bash -c`.
 macro_rules! in_each_shell {

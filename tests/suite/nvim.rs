@@ -739,7 +739,7 @@ async fn nvim_card_shows_what_the_model_sees_with_head() {
     );
 }
 
-/// SPEC §13 in the editor: a tool call's card lists the files it changed; `:AgentBashDiff`
+/// contract §13 in the editor: a tool call's card lists the files it changed; `:AgentBashDiff`
 /// lists them and opens a diff against the state before the run; `:AgentBashUndo` asks with the
 /// files listed, puts them back, refuses (naming the file) when one changed since, and an undo
 /// can be undone.

@@ -117,7 +117,7 @@ fn pipeline_sanitize_tool_text_and_json() {
         child.stdin.take().unwrap().write_all(input).unwrap();
         child.wait_with_output().unwrap()
     };
-    // SPEC §4.1's example, under our CR rule (see sanitize.rs for the reasoning).
+    // contract §4.1's example, under our CR rule (see sanitize.rs for the reasoning).
     let o = run_tool(&[], "\x1b[31mred\x1b[0m\ra\0b\tline\ncarriage\r\x01\u{85}".as_bytes());
     assert_eq!(String::from_utf8_lossy(&o.stdout), "ab\tline\ncarriage\n");
     let dir = tempfile::tempdir().unwrap();

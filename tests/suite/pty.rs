@@ -1,4 +1,4 @@
-//! PTY runs (SPEC §6) with real pseudo-terminals and real bash: input, modes, size, rendering,
+//! PTY runs (contract §6) with real pseudo-terminals and real bash: input, modes, size, rendering,
 //! completion, killing, errors. Synchronisation is by polling the screen a test view renders
 //! from the raw-output subscriber, never by sleeping.
 

@@ -1,4 +1,4 @@
-//! The user's rc as people really have it (issue 26, SPEC §5 turn 3): oh-my-zsh with its own
+//! The user's rc as people really have it (issue 26, contract §5 turn 3): oh-my-zsh with its own
 //! `.zshrc` template, prezto with its runcoms, zoxide's `--cmd cd` in bash and zsh, and the
 //! patterns other agents' bug trackers are full of. Each case gets a fresh HOME; the oracle for
 //! every command is the same command in the same shell with an empty rc, never hand-written

@@ -1,4 +1,4 @@
-//! The resource receipt (SPEC §7) of a real command: ~2 s of CPU and ~200 MiB resident, on every
+//! The resource receipt (contract §7) of a real command: ~2 s of CPU and ~200 MiB resident, on every
 //! path that measures it: a pipe run with the shell session's cgroup v2 (`cpu.stat`), a pipe run
 //! on the fallback (`/proc` of the shell), and a PTY run (the shell's `wait4` rusage).
 

@@ -1,4 +1,4 @@
-//! Remote shell sessions (SPEC §12) against a real OpenSSH server on loopback, started by each
+//! Remote shell sessions (contract §12) against a real OpenSSH server on loopback, started by each
 //! test with throwaway keys (`scripts/sshd.sh` installs Debian's `openssh-server` when absent;
 //! without `sshd` these tests fail, they never skip).
 
@@ -400,7 +400,7 @@ async fn remote_profile_over_rpc_and_exec_flag() {
 }
 
 /// What `bash -c SCRIPT` prints here, in the environment the remote shell has (sshd's PATH and
-/// HOME, our exports), from the same directory; sanitized as SPEC §4.1 does.
+/// HOME, our exports), from the same directory; sanitized as contract §4.1 does.
 fn bash_here(f: &Fixture, script: &str, extra: &[(&str, &str)]) -> (String, i32) {
     let (mut reader, writer) = std::io::pipe().unwrap();
     let mut cmd = Command::new("bash");
@@ -506,7 +506,7 @@ async fn remote_differential_corpus_matches_local_bash() {
     assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
 }
 
-/// Which profile a call gets (SPEC §12): its own `profile`, else its session key's
+/// Which profile a call gets (contract §12): its own `profile`, else its session key's
 /// `[profile_by_key]` entry, else `default_profile`; `"local"` is this machine.
 #[test]
 fn remote_profile_of_a_call_follows_its_key() {

@@ -1,4 +1,4 @@
-//! Rescued lines (SPEC §7) on real logs: tools run at test time (cargo, gcc, make, python,
+//! Rescued lines (contract §7) on real logs: tools run at test time (cargo, gcc, make, python,
 //! bash) and, for tools this machine lacks, small samples in `tests/corpus/` followed by
 //! enough output to push them out of the window. Each test says exactly which lines are rescued
 //! and checks their numbers against the artifact's content.

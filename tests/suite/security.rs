@@ -1,4 +1,4 @@
-//! The security review's findings (issue 27, SPEC §5 and §13), each written as the attack: a
+//! The security review's findings (issue 27, contract §5 and §13), each written as the attack: a
 //! prompt-injected agent's command trying to leave its workspace, reach the session protocol,
 //! or read what is the user's. Every test here failed on the code before its fix.
 
@@ -87,7 +87,7 @@ async fn forged_status_lines_neither_end_the_call_nor_touch_the_next(shell: &str
 }
 
 /// What the fence cannot deny (chmod, chown, timestamps outside the workspace) is stated in the
-/// README's security model, as SPEC §13 asks when it is not denied by other means.
+/// README's security model, as contract §13 asks when it is not denied by other means.
 #[test]
 fn readme_states_what_the_fence_does_not_cover() {
     let readme =

@@ -147,7 +147,7 @@ async fn shell_set_n_through_the_runtime_restarts_the_session(shell: &str) {
     assert_eq!((r.output.as_str(), r.shell_restarted), ("ok\n", true));
 }
 
-/// SPEC §5: an unterminated quote, backtick, `$(`, heredoc or `if` fails alone, with the
+/// contract §5: an unterminated quote, backtick, `$(`, heredoc or `if` fails alone, with the
 /// shell's own message and status, and the next command runs in the same shell.
 async fn shell_unterminated_constructs_fail_alone(shell: &str) {
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! Both wires under abuse (SPEC §9): over-long lines, clients that stop reading, end of input,
+//! Both wires under abuse (contract §9): over-long lines, clients that stop reading, end of input,
 //! malformed msgpack. The backend answers, keeps serving, and its memory stays bounded.
 
 use std::path::Path;
