@@ -64,7 +64,7 @@ async fn run(rt: &Runtime, origin: Origin, cwd: &Path, command: &str) -> BashRes
     rt.run(req, CancellationToken::new(), None).await.unwrap()
 }
 
-fn q(p: &Path) -> String {
+pub(super) fn q(p: &Path) -> String {
     agent_bash::shell::local::quote(p.to_str().unwrap())
 }
 

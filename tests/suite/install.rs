@@ -10,7 +10,6 @@
 //! a test can see cargo's progress in the float while the build runs.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use nvim_rs::Value;
 
@@ -123,17 +122,20 @@ require('lazy').setup({{
     init
 }
 
-/// Polls a Lua expression until it is truthy, for up to `secs` (cargo builds under load).
-async fn wait_long(ed: &Editor, expr: &str, secs: u64) -> Value {
-    let end = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let v = ed.lua(&format!("return {expr}")).await;
-        if !matches!(v, Value::Nil | Value::Boolean(false)) {
-            return v;
-        }
-        assert!(Instant::now() < end, "timed out waiting for {expr}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// The command that found no binary ran once the build was done: its card (the newest)
+/// finished without failing and shows `out`.
+async fn the_waiting_command_ran(ed: &Editor, command: &str, out: &str) {
+    ed.wait_lua_for(
+        &format!(
+            "(function() local cs = require('agent_bash.float').cards(); local c = cs[#cs]
+               return c and c.run.finished and c.run.state.command == {command:?}
+                 and c.run.state.status ~= 'failed' end)()"
+        ),
+        120,
+    )
+    .await;
+    let card = ed.card_done().await;
+    assert!(card.lines.iter().any(|l| l == out), "{card:?}");
 }
 
 /// Runs an Ex command that reports an error (as a user would see it: in the messages).
@@ -194,23 +196,14 @@ async fn lazy_dir_spec_first_command_says_how_and_agentbashbuild_runs_it() {
     let expr = "(function() local b = require('agent_bash.build').last()
         local t = table.concat(vim.api.nvim_buf_get_lines(b.buf, 0, -1, false), '\\n')
         return t:find('Compiling agent-bash v0.1.0', 1, true) and t:find('Building', 1, true) end)()";
-    wait_long(&ed, expr, 120).await;
+    ed.wait_lua_for(expr, 120).await;
     let (open, text) = build_float(&ed).await;
     assert!(open, "no terminal float while building:\n{text}");
     assert!(text.contains(&plugin.to_string_lossy().into_owned()), "{text}");
     std::fs::write(&gate, "").unwrap();
 
     // Built: the float closes and the command that waited runs.
-    wait_long(
-        &ed,
-        "(function() local cs = require('agent_bash.float').cards(); local c = cs[#cs]
-           return c and c.run.finished and c.run.state.command == 'echo waited-for-the-build'
-             and c.run.state.status ~= 'failed' end)()",
-        120,
-    )
-    .await;
-    let card = ed.card_done().await;
-    assert!(card.lines.iter().any(|l| l == "waited-for-the-build"), "{card:?}");
+    the_waiting_command_ran(&ed, "echo waited-for-the-build", "waited-for-the-build").await;
     let (open, text) = build_float(&ed).await;
     assert!(!open, "{text}");
     assert!(text.contains("Finished `release` profile"), "{text}");
@@ -239,16 +232,7 @@ async fn lazy_dir_spec_lazy_build_runs_the_waiting_command() {
         .await
         .contains(":Lazy build agent-bash (the command you typed then runs)"));
     ed.cmd("Lazy build agent-bash").await;
-    wait_long(
-        &ed,
-        "(function() local cs = require('agent_bash.float').cards(); local c = cs[#cs]
-           return c and c.run.finished and c.run.state.command == 'echo after-lazy-build'
-             and c.run.state.status ~= 'failed' end)()",
-        120,
-    )
-    .await;
-    let card = ed.card_done().await;
-    assert!(card.lines.iter().any(|l| l == "after-lazy-build"), "{card:?}");
+    the_waiting_command_ran(&ed, "echo after-lazy-build", "after-lazy-build").await;
     assert!(plugin.join("target/release/agent-bash").exists());
 }
 
@@ -344,7 +328,7 @@ async fn rtp_install_missing_binary_message_checkhealth_and_failed_build() {
     ed.cmd("bwipeout").await;
 
     ed.cmd("AgentBashBuild").await;
-    wait_long(&ed, "require('agent_bash.build').last().code", 120).await;
+    ed.wait_lua_for("require('agent_bash.build').last().code", 120).await;
     let (open, text) = build_float(&ed).await;
     assert!(open, "the failed build's float closed");
     assert!(text.contains("error"), "{text}");
@@ -359,14 +343,5 @@ async fn rtp_install_missing_binary_message_checkhealth_and_failed_build() {
 
     std::fs::write(&main_rs, good).unwrap();
     ed.cmd("AgentBashBuild").await;
-    wait_long(
-        &ed,
-        "(function() local cs = require('agent_bash.float').cards(); local c = cs[#cs]
-           return c and c.run.finished and c.run.state.command == 'echo after-the-fix'
-             and c.run.state.status ~= 'failed' end)()",
-        120,
-    )
-    .await;
-    let card = ed.card_done().await;
-    assert!(card.lines.iter().any(|l| l == "after-the-fix"), "{card:?}");
+    the_waiting_command_ran(&ed, "echo after-the-fix", "after-the-fix").await;
 }

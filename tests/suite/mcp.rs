@@ -284,7 +284,12 @@ impl Editor {
     }
 
     pub(super) async fn wait_lua(&self, expr: &str) -> Value {
-        let end = Instant::now() + Duration::from_secs(20);
+        self.wait_lua_for(expr, 20).await
+    }
+
+    /// Like `wait_lua`, with a limit of `secs` (mcp-hub is a Node server that starts its own).
+    pub(super) async fn wait_lua_for(&self, expr: &str, secs: u64) -> Value {
+        let end = Instant::now() + Duration::from_secs(secs);
         loop {
             let v = self.lua(&format!("return {expr}")).await;
             if !matches!(v, Value::Nil | Value::Boolean(false)) {
@@ -657,17 +662,7 @@ async fn mcp_mirror_server_with_a_minimal_environment_finds_an_editor_with_its_o
 /// The tarballs of mcphub.nvim and plenary.nvim (test data beside the repository:
 /// `../shared/clients/`, or `$AGENT_BASH_CLIENTS`).
 pub(super) fn clients_dir() -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let candidates = [
-        std::env::var_os("AGENT_BASH_CLIENTS").map(PathBuf::from),
-        Some(repo.join("../shared/clients")),
-        Some(repo.join("../../shared/clients")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|d| d.join("mcphub.nvim.tar.gz").exists())
-        .expect("mcphub.nvim.tar.gz in ../shared/clients/ (or $AGENT_BASH_CLIENTS)")
+    super::support::shared_data("clients", "AGENT_BASH_CLIENTS", &["mcphub.nvim.tar.gz"])
 }
 
 /// The `mcp-hub` program (scripts/mcp-hub.sh installs it from npm; `$MCP_HUB_BIN`).
@@ -675,21 +670,6 @@ fn mcp_hub_bin() -> PathBuf {
     std::env::var_os("MCP_HUB_BIN").map(PathBuf::from).unwrap_or_else(|| {
         Path::new(env!("CARGO_MANIFEST_DIR")).join(".mcp-hub/node_modules/.bin/mcp-hub")
     })
-}
-
-impl Editor {
-    /// Like `wait_lua`, with a longer limit (mcp-hub is a Node server that starts its own).
-    async fn wait_lua_long(&self, expr: &str, secs: u64) -> Value {
-        let end = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let v = self.lua(&format!("return {expr}")).await;
-            if !matches!(v, Value::Nil | Value::Boolean(false)) {
-                return v;
-            }
-            assert!(Instant::now() < end, "timed out waiting for {expr}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
 }
 
 #[tokio::test]
@@ -736,7 +716,7 @@ async fn mcphub_calls_bash_with_the_card_under_xdg_state_home_and_lists_new_arti
         for _, s in ipairs(hub:get_servers()) do
           if s.name == 'agent-bash' and s.status == 'connected' then return true end
         end end)()";
-    ed.wait_lua_long(ready, 90).await;
+    ed.wait_lua_for(ready, 90).await;
 
     // A call through mcphub's Lua API: the card shows in this editor, named after mcp-hub.
     ed.lua(
@@ -746,7 +726,7 @@ async fn mcphub_calls_bash_with_the_card_under_xdg_state_home_and_lists_new_arti
            {callback = function(res, err) _G.hub_res = {res = res, err = err} end})",
     )
     .await;
-    let res = ed.wait_lua_long("_G.hub_res and vim.json.encode(_G.hub_res)", 60).await;
+    let res = ed.wait_lua_for("_G.hub_res and vim.json.encode(_G.hub_res)", 60).await;
     let res: Json = serde_json::from_str(res.as_str().unwrap()).unwrap();
     assert!(res["err"].is_null(), "{res}");
     let text = res["res"]["result"]["content"][0]["text"].as_str().unwrap().to_string();
@@ -765,7 +745,7 @@ async fn mcphub_calls_bash_with_the_card_under_xdg_state_home_and_lists_new_arti
         "(function() for _, r in ipairs(require('mcphub').get_hub_instance():get_resources()) do
            if r.uri == 'artifact://{id}' then return true end end end)()"
     );
-    ed.wait_lua_long(&listed, 30).await;
+    ed.wait_lua_for(&listed, 30).await;
 
     // Stop the hub (it runs beside the editor) and whatever is left of it.
     ed.lua("require('mcphub').get_hub_instance():stop()").await;

@@ -95,7 +95,12 @@ impl Editor {
 
     /// Polls a Lua expression every 10 ms until it is truthy (bounded).
     pub async fn wait_lua(&self, expr: &str) -> Value {
-        let end = Instant::now() + Duration::from_secs(20);
+        self.wait_lua_for(expr, 20).await
+    }
+
+    /// Like [`Editor::wait_lua`], with a limit of `secs` (a build, a Node server starting).
+    pub async fn wait_lua_for(&self, expr: &str, secs: u64) -> Value {
+        let end = Instant::now() + Duration::from_secs(secs);
         loop {
             let v = self.lua(&format!("return {expr}")).await;
             if !matches!(v, Value::Nil | Value::Boolean(false)) {

@@ -17,17 +17,7 @@ use super::support::{Rpc, ZSH};
 
 /// Where the frameworks' archives are (see the module docs).
 fn rc_dir() -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let candidates = [
-        std::env::var_os("AGENT_BASH_RC").map(PathBuf::from),
-        Some(repo.join("../shared/rc")),
-        Some(repo.join("../../shared/rc")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|d| d.join("oh-my-zsh.tar.gz").exists() && d.join("prezto.tar.gz").exists())
-        .expect("oh-my-zsh.tar.gz and prezto.tar.gz in ../shared/rc/ (or $AGENT_BASH_RC)")
+    super::support::shared_data("rc", "AGENT_BASH_RC", &["oh-my-zsh.tar.gz", "prezto.tar.gz"])
 }
 
 /// Unpacks `archive` of [`rc_dir`] into `home` and renames its top directory to `name`.

@@ -176,9 +176,7 @@ async fn call_as(rt: &Runtime, origin: Origin, key: &str, cwd: &Path, command: &
     rt.run(req, CancellationToken::new(), None).await.unwrap()
 }
 
-fn q(p: &Path) -> String {
-    agent_bash::shell::local::quote(p.to_str().unwrap())
-}
+use super::fence::q;
 
 /// Finding 1: a fenced call plants a command in every file of the backend's runtime directory
 /// (found from its own output FIFO, `/proc/$$/fd/1`) and state directory (drivers, command

@@ -251,3 +251,20 @@ pub fn unique_sleep() -> String {
 
 /// Debian's zsh, which scripts/test.sh installs: the suites that run in both shells use it.
 pub const ZSH: &str = "/usr/bin/zsh";
+
+/// A directory of test data kept beside the repository (`../shared/<sub>`, or one level further
+/// up from a worktree), or `$<env>`: the first that holds every file of `files`. Panics naming
+/// them when none does (the tests that need it fail, never skip).
+pub fn shared_data(sub: &str, env: &str, files: &[&str]) -> std::path::PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let candidates = [
+        std::env::var_os(env).map(std::path::PathBuf::from),
+        Some(repo.join("../shared").join(sub)),
+        Some(repo.join("../../shared").join(sub)),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|d| files.iter().all(|f| d.join(f).exists()))
+        .unwrap_or_else(|| panic!("{} in ../shared/{sub}/ (or ${env})", files.join(" and ")))
+}
