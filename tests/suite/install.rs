@@ -192,10 +192,11 @@ async fn lazy_dir_spec_first_command_says_how_and_agentbashbuild_runs_it() {
     }
 
     ed.cmd("AgentBashBuild").await;
-    // The build waits at the gate: the float shows cargo at work.
+    // The build waits at the gate: the float shows cargo at work. (Not its progress bar: cargo
+    // draws none when the environment says CI, as CI's does.)
     let expr = "(function() local b = require('agent_bash.build').last()
         local t = table.concat(vim.api.nvim_buf_get_lines(b.buf, 0, -1, false), '\\n')
-        return t:find('Compiling agent-bash v0.1.0', 1, true) and t:find('Building', 1, true) end)()";
+        return t:find('Compiling agent-bash v0.1.0', 1, true) ~= nil end)()";
     ed.wait_lua_for(expr, 120).await;
     let (open, text) = build_float(&ed).await;
     assert!(open, "no terminal float while building:\n{text}");
