@@ -26,7 +26,9 @@ use crate::validate;
 use crate::{Error, Result};
 
 use crate::shell::local::{self as shell, Ending, Shell, ShellConfig};
+use crate::shell::oneshot::Oneshot;
 pub use crate::shell::Origin;
+use crate::shell::Session;
 use crate::shell::{procs, snapshot};
 pub use settings::Settings;
 
@@ -143,7 +145,7 @@ pub struct Runtime {
     /// [`Runtime::warm`] is starting the first bang shell.
     warming: AtomicBool,
     /// The prefix puts shells where our FIFOs are not: every command runs in a process of its
-    /// own ([`shell::run_oneshot`]).
+    /// own ([`Oneshot`]).
     isolated: AtomicBool,
     /// Remote shell sessions by (profile, key) (contract §12).
     remote: remote_path::Pool,
@@ -485,15 +487,9 @@ impl Runtime {
         let end = match slot.shell.as_mut() {
             Some(shell) => shell.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await,
             None => {
-                shell::run_oneshot(
-                    &ShellConfig { fence: fence.clone(), ..self.shell_config(req.origin) },
-                    &norm.runnable(),
-                    &cwd,
-                    &mut feed,
-                    deadline,
-                    &cancel,
-                )
-                .await
+                let cfg = ShellConfig { fence: fence.clone(), ..self.shell_config(req.origin) };
+                let Ok(mut one) = Oneshot::start(&cfg).await;
+                one.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await
             }
         };
         let meter = feed.meter.take();

@@ -322,12 +322,58 @@ pub async fn run(
     out: &mut dyn PtyOutput,
 ) -> io::Result<PtyRun> {
     let size = hooks.size.unwrap_or(DEFAULT_SIZE).clamped();
+    let group = Arc::new(procs::Group::new(true));
+    // Removed when the run ends, whichever way.
+    let (cmd, _zsh_dir) = command_for(cfg, command, cwd, &group)?;
+    let spawned = spawn(cfg, cmd, size, &group)?;
+    let Spawned { reader, writer, master, child, pid } = spawned;
+    // If a helper thread cannot be started, the command must not outlive the error: dropping
+    // the group kills it.
+    let exit_rx = start_waiter(child, pid)?;
+    let screen = Arc::new(Mutex::new(Screen::new(size)));
+    let app_cursor = Arc::new(AtomicBool::new(false));
+    let chunk_rx =
+        start_reader(reader, screen.clone(), app_cursor.clone(), hooks.on_output.clone())?;
+    let input_tx = start_writer(writer)?;
+    let mut run = Driver {
+        out,
+        screen,
+        app_cursor,
+        master,
+        group,
+        pid,
+        input_tx,
+        chunk_rx,
+        exit_rx,
+        control: hooks.control,
+        on_waiting: hooks.on_waiting,
+        exit: None,
+        resources: None,
+        exited_at: None,
+        eof: false,
+        ending: None,
+        kill_task: None,
+        give_up: None,
+        last_output: Instant::now(),
+        waiting: false,
+        next_check: Instant::now() + waiting::QUIET,
+    };
+    run.drive(deadline, cancel).await;
+    Ok(run.finish().await)
+}
+
+/// The command line of a run (see the module docs), and the zsh driver directory it uses.
+fn command_for(
+    cfg: &ShellConfig,
+    command: &str,
+    cwd: &Path,
+    group: &procs::Group,
+) -> io::Result<(CommandBuilder, Option<ZshDir>)> {
     let kind = ShellKind::of(&cfg.shell);
     let mut argv: Vec<OsString> = cfg.prefix.iter().map(OsString::from).collect();
     argv.push(shell_word(cfg));
     argv.extend(kind.args().iter().map(OsString::from));
     argv.push("-c".into());
-    let group = Arc::new(procs::Group::new(true));
     let join = group.join_statement();
     let zsh_dir = match kind {
         ShellKind::Zsh => {
@@ -352,7 +398,25 @@ pub async fn run(
     cmd.env("TERM", TERM);
     cmd.env(procs::OWNER_VAR, &cfg.owner);
     cmd.cwd(cwd);
+    Ok((cmd, zsh_dir))
+}
 
+/// A spawned PTY run: the master's three handles and the child.
+struct Spawned {
+    reader: PtyReader,
+    writer: Box<dyn Write + Send>,
+    master: Box<dyn portable_pty::MasterPty + Send>,
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    pid: i32,
+}
+
+/// Opens the PTY and spawns `cmd` on its slave, in `group`, under the fence.
+fn spawn(
+    cfg: &ShellConfig,
+    cmd: CommandBuilder,
+    size: TermSize,
+    group: &procs::Group,
+) -> io::Result<Spawned> {
     let pair = portable_pty::native_pty_system().openpty(size.pty_size()).map_err(pty_err)?;
     // Both master handles are taken before spawning, so a failure leaves no child behind.
     let reader = PtyReader::clone_of(pair.master.as_ref())?;
@@ -375,77 +439,96 @@ pub async fn run(
         },
         |c| c.process_id().map(|p| p as i32),
     )?;
-    let master = pair.master;
     let pid = child.process_id().map(|p| p as i32).unwrap_or(-1);
     group.started(pid);
-    // If a helper thread cannot be started, the command must not outlive the error: dropping
-    // the group kills it.
+    Ok(Spawned { reader, writer, master: pair.master, child, pid })
+}
 
+/// The exit status and receipt of the child, from the `pty-wait` thread.
+type ExitRx = tokio::sync::oneshot::Receiver<(Option<i32>, Option<crate::resources::Resources>)>;
+
+/// Starts the `pty-wait` thread: it owns the child and blocks in `wait`.
+fn start_waiter(child: Box<dyn portable_pty::Child + Send + Sync>, pid: i32) -> io::Result<ExitRx> {
     let spawned = Instant::now();
-    let (exit_tx, mut exit_rx) =
-        tokio::sync::oneshot::channel::<(Option<i32>, Option<crate::resources::Resources>)>();
+    let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new().name("pty-wait".into()).spawn(move || {
         let (status, usage) = wait_child(child);
         let receipt = usage.map(|ru| crate::resources::from_rusage(spawned.elapsed(), &ru));
         procs::disown_child(pid);
         let _ = exit_tx.send((status, receipt));
     })?;
+    Ok(exit_rx)
+}
 
-    let screen = Arc::new(Mutex::new(Screen::new(size)));
-    let app_cursor = Arc::new(AtomicBool::new(false));
-    let (chunk_tx, mut chunk_rx) = mpsc::channel::<Chunk>(CHUNK_QUEUE);
-    {
-        let screen = screen.clone();
-        let app_cursor = app_cursor.clone();
-        let on_output = hooks.on_output.clone();
-        std::thread::Builder::new().name("pty-read".into()).spawn(move || {
-            let mut reader = reader;
-            let mut buf = vec![0u8; READ_CHUNK];
-            // Text is batched while output keeps coming (one wake-up of the async side per
-            // batch, not per 4 KiB read) and sent as soon as the terminal goes quiet.
-            let mut text = String::new();
-            let mut unsent = false;
-            let mut last_send = Instant::now();
-            loop {
-                if unsent && !reader.ready() {
-                    if chunk_tx.blocking_send(Chunk { text: std::mem::take(&mut text) }).is_err() {
-                        return;
-                    }
-                    unsent = false;
-                    last_send = Instant::now();
-                }
-                let n = match reader.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => break,
-                };
-                {
-                    let mut s = lock(&screen);
-                    s.process(&buf[..n]);
-                    s.take_text(&mut text);
-                    app_cursor.store(s.application_cursor(), Ordering::Relaxed);
-                }
-                // After the screen: a view that reacts to these bytes (a key typed in answer to
-                // a mode switch) finds the runtime already in the mode they set.
-                if let Some(f) = &on_output {
-                    f(&buf[..n]);
-                }
-                unsent = true;
-                if text.len() >= TEXT_BATCH || last_send.elapsed() >= BATCH_DELAY {
-                    if chunk_tx.blocking_send(Chunk { text: std::mem::take(&mut text) }).is_err() {
-                        return;
-                    }
-                    unsent = false;
-                    last_send = Instant::now();
-                }
+/// Starts the `pty-read` thread (see the module docs).
+fn start_reader(
+    reader: PtyReader,
+    screen: Arc<Mutex<Screen>>,
+    app_cursor: Arc<AtomicBool>,
+    on_output: Option<OutputFn>,
+) -> io::Result<mpsc::Receiver<Chunk>> {
+    let (chunk_tx, chunk_rx) = mpsc::channel::<Chunk>(CHUNK_QUEUE);
+    std::thread::Builder::new().name("pty-read".into()).spawn(move || {
+        read_terminal(reader, &screen, &app_cursor, on_output.as_ref(), &chunk_tx)
+    })?;
+    Ok(chunk_rx)
+}
+
+/// The reader thread's loop: the terminal into the screen, the screen's text to the run.
+fn read_terminal(
+    mut reader: PtyReader,
+    screen: &Mutex<Screen>,
+    app_cursor: &AtomicBool,
+    on_output: Option<&OutputFn>,
+    chunk_tx: &mpsc::Sender<Chunk>,
+) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    // Text is batched while output keeps coming (one wake-up of the async side per batch, not
+    // per 4 KiB read) and sent as soon as the terminal goes quiet.
+    let mut text = String::new();
+    let mut unsent = false;
+    let mut last_send = Instant::now();
+    loop {
+        if unsent && !reader.ready() {
+            if chunk_tx.blocking_send(Chunk { text: std::mem::take(&mut text) }).is_err() {
+                return;
             }
-            if unsent {
-                let _ = chunk_tx.blocking_send(Chunk { text });
+            unsent = false;
+            last_send = Instant::now();
+        }
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        {
+            let mut s = lock(screen);
+            s.process(&buf[..n]);
+            s.take_text(&mut text);
+            app_cursor.store(s.application_cursor(), Ordering::Relaxed);
+        }
+        // After the screen: a view that reacts to these bytes (a key typed in answer to a mode
+        // switch) finds the runtime already in the mode they set.
+        if let Some(f) = on_output {
+            f(&buf[..n]);
+        }
+        unsent = true;
+        if text.len() >= TEXT_BATCH || last_send.elapsed() >= BATCH_DELAY {
+            if chunk_tx.blocking_send(Chunk { text: std::mem::take(&mut text) }).is_err() {
+                return;
             }
-        })?;
+            unsent = false;
+            last_send = Instant::now();
+        }
     }
+    if unsent {
+        let _ = chunk_tx.blocking_send(Chunk { text });
+    }
+}
 
+/// Starts the `pty-write` thread: it owns the master's writer and writes normalized input.
+fn start_writer(writer: Box<dyn Write + Send>) -> io::Result<std::sync::mpsc::Sender<Vec<u8>>> {
     let (input_tx, input_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::Builder::new().name("pty-write".into()).spawn(move || {
         let mut writer = writer;
@@ -455,136 +538,184 @@ pub async fn run(
             }
         }
     })?;
+    Ok(input_tx)
+}
 
-    let mut control = hooks.control;
-    let mut exit: Option<Option<i32>> = None;
-    let mut resources = None;
-    let mut exited_at: Option<Instant> = None;
-    let mut eof = false;
-    let mut ending: Option<PtyEnd> = None;
-    let mut kill_task: Option<tokio::task::JoinHandle<()>> = None;
-    let mut give_up: Option<Instant> = None;
-    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+/// The async side of a run, from the spawn to the end (see the module docs).
+struct Driver<'a> {
+    out: &'a mut dyn PtyOutput,
+    screen: Arc<Mutex<Screen>>,
+    app_cursor: Arc<AtomicBool>,
+    /// Kept for resizes; dropped last.
+    master: Box<dyn portable_pty::MasterPty + Send>,
+    group: Arc<procs::Group>,
+    pid: i32,
+    input_tx: std::sync::mpsc::Sender<Vec<u8>>,
+    chunk_rx: mpsc::Receiver<Chunk>,
+    exit_rx: ExitRx,
+    control: Option<mpsc::UnboundedReceiver<PtyControl>>,
+    on_waiting: Option<WaitingFn>,
+    /// The exit status, once the waiter reported.
+    exit: Option<Option<i32>>,
+    resources: Option<crate::resources::Resources>,
+    exited_at: Option<Instant>,
+    eof: bool,
+    ending: Option<PtyEnd>,
+    kill_task: Option<tokio::task::JoinHandle<()>>,
+    give_up: Option<Instant>,
     // Waiting for input (contract §8.4): looked at while the terminal is quiet.
-    let on_waiting = hooks.on_waiting;
-    let mut last_output = Instant::now();
-    let mut waiting = false;
-    let mut next_check = Instant::now() + waiting::QUIET;
-    let set_waiting = |now: bool, waiting: &mut bool| {
-        if *waiting != now {
-            *waiting = now;
-            if let Some(f) = &on_waiting {
+    last_output: Instant,
+    waiting: bool,
+    next_check: Instant,
+}
+
+impl Driver<'_> {
+    /// Waits until the run is complete (see the module docs: completion and killing).
+    async fn drive(&mut self, deadline: Option<Instant>, cancel: &CancellationToken) {
+        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let pid = self.pid;
+        loop {
+            if self.exit.is_some() && self.eof {
+                break;
+            }
+            if self.give_up.is_some_and(|t| Instant::now() >= t) {
+                tracing::warn!("PTY run {pid}: no EOF after the kill; giving up on it");
+                break;
+            }
+            let running = self.exit.is_none() && self.ending.is_none();
+            let leftover_at = match (self.exited_at, &self.kill_task) {
+                (Some(t), None) if !self.eof => Some(t + LEFTOVER_GRACE),
+                _ => None,
+            };
+            let (watching, exited) = (self.on_waiting.is_some(), self.exit.is_some());
+            let (next_check, give_up) = (self.next_check, self.give_up);
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled(), if running => {
+                    self.ending = Some(PtyEnd::Cancelled);
+                }
+                _ = tokio::time::sleep_until(deadline.unwrap_or(far).into()), if running && deadline.is_some() => {
+                    self.ending = Some(PtyEnd::TimedOut);
+                }
+                chunk = self.chunk_rx.recv(), if !self.eof => self.on_chunk(chunk),
+                _ = tokio::time::sleep_until(next_check.into()), if running && watching => {
+                    self.check_waiting().await;
+                }
+                _ = tokio::time::sleep(crate::shell::session::IDLE_TICK), if running => {
+                    let screen = &self.screen;
+                    self.out.idle(&|| lock(screen).live_text());
+                }
+                st = &mut self.exit_rx, if !exited => {
+                    let (status, receipt) = st.unwrap_or((None, None));
+                    self.exit = Some(status);
+                    self.resources = receipt;
+                    self.exited_at = Some(Instant::now());
+                }
+                msg = recv_control(&mut self.control), if running => self.on_control(msg),
+                _ = tokio::time::sleep_until(leftover_at.unwrap_or(far).into()), if leftover_at.is_some() => {
+                    tracing::debug!("PTY run {pid}: a leftover process holds the terminal; killing it");
+                    self.start_kill();
+                }
+                _ = tokio::time::sleep_until(give_up.unwrap_or(far).into()), if give_up.is_some() => {}
+            }
+            if self.ending.is_some() && self.kill_task.is_none() {
+                self.start_kill();
+            }
+        }
+    }
+
+    /// Kills the run's processes (the ladder runs off the async threads) and gives their end a
+    /// bound.
+    fn start_kill(&mut self) {
+        let group = self.group.clone();
+        let grace = procs::KILL_GRACE;
+        self.kill_task = Some(tokio::task::spawn_blocking(move || group.kill_blocking(grace)));
+        self.give_up = Some(Instant::now() + procs::KILL_GRACE + SETTLE_AFTER_KILL);
+    }
+
+    fn on_chunk(&mut self, chunk: Option<Chunk>) {
+        match chunk {
+            Some(c) => {
+                self.out.text(&c.text);
+                let screen = &self.screen;
+                self.out.tick(&|| lock(screen).live_text());
+                self.last_output = Instant::now();
+                self.set_waiting(false);
+            }
+            None => self.eof = true,
+        }
+    }
+
+    fn set_waiting(&mut self, now: bool) {
+        if self.waiting != now {
+            self.waiting = now;
+            if let Some(f) = &self.on_waiting {
                 f(now);
             }
         }
-    };
-    let start_kill = |grace: Duration| {
-        let group = group.clone();
-        tokio::task::spawn_blocking(move || group.kill_blocking(grace))
-    };
-    loop {
-        if exit.is_some() && eof {
-            break;
-        }
-        if give_up.is_some_and(|t| Instant::now() >= t) {
-            tracing::warn!("PTY run {pid}: no EOF after the kill; giving up on it");
-            break;
-        }
-        let running = exit.is_none() && ending.is_none();
-        let leftover_at = match (exited_at, &kill_task) {
-            (Some(t), None) if !eof => Some(t + LEFTOVER_GRACE),
-            _ => None,
-        };
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled(), if running => {
-                ending = Some(PtyEnd::Cancelled);
-            }
-            _ = tokio::time::sleep_until(deadline.unwrap_or(far).into()), if running && deadline.is_some() => {
-                ending = Some(PtyEnd::TimedOut);
-            }
-            chunk = chunk_rx.recv(), if !eof => match chunk {
-                Some(c) => {
-                    out.text(&c.text);
-                    out.tick(&|| lock(&screen).live_text());
-                    last_output = Instant::now();
-                    set_waiting(false, &mut waiting);
-                }
-                None => eof = true,
-            },
-            _ = tokio::time::sleep_until(next_check.into()), if running && on_waiting.is_some() => {
-                next_check = Instant::now() + waiting::CHECK_EVERY;
-                if last_output.elapsed() >= waiting::QUIET {
-                    let pgrp = master.process_group_leader().unwrap_or(-1);
-                    let reads = tokio::task::spawn_blocking(move || waiting::group_reads_terminal(pgrp))
-                        .await
-                        .unwrap_or(false);
-                    set_waiting(reads, &mut waiting);
-                }
-            }
-            _ = tokio::time::sleep(crate::shell::local::IDLE_TICK), if running => {
-                out.idle(&|| lock(&screen).live_text());
-            }
-            st = &mut exit_rx, if exit.is_none() => {
-                let (status, receipt) = st.unwrap_or((None, None));
-                exit = Some(status);
-                resources = receipt;
-                exited_at = Some(Instant::now());
-            }
-            msg = recv_control(&mut control), if running => match msg {
-                Some(PtyControl::Input(bytes)) => {
-                    // Typing answers the question; a new one is seen after the next quiet second.
-                    last_output = Instant::now();
-                    set_waiting(false, &mut waiting);
-                    let mut norm = Vec::with_capacity(bytes.len());
-                    keys::normalize(&bytes, app_cursor.load(Ordering::Relaxed), &mut norm);
-                    if !norm.is_empty() {
-                        let _ = input_tx.send(norm);
-                    }
-                }
-                Some(PtyControl::Resize(size)) => {
-                    let size = size.clamped();
-                    // The screen first: output the program draws for the new size (after its
-                    // SIGWINCH) must land on a screen of that size.
-                    lock(&screen).resize(size);
-                    if let Err(e) = master.resize(size.pty_size()) {
-                        tracing::debug!("PTY resize failed: {e}");
-                    }
-                }
-                Some(PtyControl::Kill) => ending = Some(PtyEnd::Killed),
-                None => control = None,
-            },
-            _ = tokio::time::sleep_until(leftover_at.unwrap_or(far).into()), if leftover_at.is_some() => {
-                tracing::debug!("PTY run {pid}: a leftover process holds the terminal; killing it");
-                kill_task = Some(start_kill(procs::KILL_GRACE));
-                give_up = Some(Instant::now() + procs::KILL_GRACE + SETTLE_AFTER_KILL);
-            }
-            _ = tokio::time::sleep_until(give_up.unwrap_or(far).into()), if give_up.is_some() => {}
-        }
-        if ending.is_some() && kill_task.is_none() {
-            kill_task = Some(start_kill(procs::KILL_GRACE));
-            give_up = Some(Instant::now() + procs::KILL_GRACE + SETTLE_AFTER_KILL);
+    }
+
+    /// Whether the program waits for input, once the terminal has been quiet a while.
+    async fn check_waiting(&mut self) {
+        self.next_check = Instant::now() + waiting::CHECK_EVERY;
+        if self.last_output.elapsed() >= waiting::QUIET {
+            let pgrp = self.master.process_group_leader().unwrap_or(-1);
+            let reads = tokio::task::spawn_blocking(move || waiting::group_reads_terminal(pgrp))
+                .await
+                .unwrap_or(false);
+            self.set_waiting(reads);
         }
     }
-    // The kill has finished its ladder once this returns: nothing the run started survives it.
-    if let Some(task) = kill_task {
-        let _ = task.await;
+
+    fn on_control(&mut self, msg: Option<PtyControl>) {
+        match msg {
+            Some(PtyControl::Input(bytes)) => {
+                // Typing answers the question; a new one is seen after the next quiet second.
+                self.last_output = Instant::now();
+                self.set_waiting(false);
+                let mut norm = Vec::with_capacity(bytes.len());
+                keys::normalize(&bytes, self.app_cursor.load(Ordering::Relaxed), &mut norm);
+                if !norm.is_empty() {
+                    let _ = self.input_tx.send(norm);
+                }
+            }
+            Some(PtyControl::Resize(size)) => {
+                let size = size.clamped();
+                // The screen first: output the program draws for the new size (after its
+                // SIGWINCH) must land on a screen of that size.
+                lock(&self.screen).resize(size);
+                if let Err(e) = self.master.resize(size.pty_size()) {
+                    tracing::debug!("PTY resize failed: {e}");
+                }
+            }
+            Some(PtyControl::Kill) => self.ending = Some(PtyEnd::Killed),
+            None => self.control = None,
+        }
     }
-    // Whatever is still queued was on the screen before the end.
-    while let Ok(c) = chunk_rx.try_recv() {
-        out.text(&c.text);
+
+    /// The end of the run: the kill's ladder done, the last text and the final screen sent.
+    async fn finish(self) -> PtyRun {
+        let Driver { out, screen, master, input_tx, mut chunk_rx, kill_task, .. } = self;
+        // The kill has finished its ladder once this returns: nothing the run started survives it.
+        if let Some(task) = kill_task {
+            let _ = task.await;
+        }
+        // Whatever is still queued was on the screen before the end.
+        while let Ok(c) = chunk_rx.try_recv() {
+            out.text(&c.text);
+        }
+        let mut text = String::new();
+        lock(&screen).finish(&mut text);
+        out.text(&text);
+        // Drop order: the writer thread ends (and drops the writer) when this sender goes; the
+        // master goes last. A reader still blocked on a terminal held by an unreachable process
+        // keeps its own clone and ends when that process lets go.
+        drop(input_tx);
+        drop(chunk_rx);
+        drop(master);
+        let end = self.ending.unwrap_or(PtyEnd::Exited(self.exit.flatten()));
+        PtyRun { end, resources: self.resources }
     }
-    let mut text = String::new();
-    lock(&screen).finish(&mut text);
-    out.text(&text);
-    // Drop order: the writer thread ends (and drops the writer) when this sender goes; the
-    // master goes last. A reader still blocked on a terminal held by an unreachable process keeps
-    // its own clone and ends when that process lets go.
-    drop(input_tx);
-    drop(chunk_rx);
-    drop(master);
-    let end = ending.unwrap_or(PtyEnd::Exited(exit.flatten()));
-    Ok(PtyRun { end, resources })
 }
 
 /// Our own read end of the master: a duplicate of its fd, so the reader thread can ask whether

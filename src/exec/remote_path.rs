@@ -16,7 +16,8 @@ use super::{
 use crate::normalize::{self, Normalized};
 use crate::result::{self, BashResult, Outcome, Remote};
 use crate::shell::local::Ending;
-use crate::shell::remote::{Encoder, RemoteConfig, RemoteEnd, RemoteShell};
+use crate::shell::remote::{Encoder, RemoteConfig, RemoteShell};
+use crate::shell::{RunError, Session};
 use crate::validate;
 use crate::{Error, Result};
 
@@ -217,18 +218,22 @@ impl Runtime {
         let remote = Remote { profile: profile.clone(), host: Some(host.clone()) };
         let mut lost = None;
         let outcome = match end {
-            RemoteEnd::BadCwd => {
+            Err(RunError::BadCwd) => {
                 let _ = feed.finish();
                 let cwd = cwd.unwrap_or_default();
                 return Err(Error::InvalidInput(format!(
                     "Working directory does not exist: {cwd} (on {host}, profile {profile:?})"
                 )));
             }
-            RemoteEnd::Lost(why) => {
+            Err(RunError::Lost(why)) => {
                 lost = Some(why);
                 Outcome::MissingExitStatus
             }
-            RemoteEnd::Ended(end) => match end.ending {
+            Err(RunError::Io(e)) => {
+                lost = Some(e.to_string());
+                Outcome::MissingExitStatus
+            }
+            Ok(end) => match end.ending {
                 Ending::Done(code) | Ending::ShellExited(Some(code)) => {
                     Outcome::Exited(if end.closed_early { 0 } else { code })
                 }

@@ -54,6 +54,7 @@
 //! subreaper); cancel and timeout kill the whole group and throw the shell away.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -65,13 +66,14 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::sync::CancellationToken;
 
 use super::procs;
+use super::read_loop::{read_loop, Event, LoopEnd, Phase, Transport};
+use super::session::{RunError, Session};
 use super::zsh;
 
-/// After the foreground part ends, background jobs may still hold the output pipe: wait while it
-/// keeps producing, but return once it has been idle this long (contract §5).
-pub const BACKGROUND_IDLE: Duration = Duration::from_millis(250);
-/// ... and never longer than this after the foreground ended (contract §5).
-pub const BACKGROUND_CAP: Duration = Duration::from_secs(2);
+pub use super::session::{
+    exit_code, Ending, OutputSink, RunEnd, BACKGROUND_CAP, BACKGROUND_IDLE, IDLE_TICK,
+};
+
 /// After a kill, how long to keep draining output that was already written.
 const DRAIN_AFTER_KILL: Duration = Duration::from_millis(200);
 /// Reads from the output FIFO in chunks of this size.
@@ -114,7 +116,7 @@ pub fn runtime_bases() -> Vec<PathBuf> {
 }
 
 /// The spawn error of a shell that cannot see the backend's runtime directory (a prefix such
-/// as `docker exec -i box` runs it in another filesystem): see [`run_oneshot`].
+/// as `docker exec -i box` runs it in another filesystem): see [`super::oneshot`].
 pub const ISOLATED: &str = "the shell cannot see the backend's files (isolating prefix)";
 
 /// Whether a spawn error is [`ISOLATED`].
@@ -122,99 +124,10 @@ pub fn is_isolated(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::Other && e.to_string() == ISOLATED
 }
 
-/// Runs one command in a process of its own: `<prefix> <shell> -c 'cd CWD && eval CMD'`, with
-/// stdout and stderr on one pipe. This is the fallback for prefixes that put the shell where
-/// our FIFOs and rc snapshot do not exist; shell state does not persist between such commands.
-/// The same ending rules apply: background output idle for [`BACKGROUND_IDLE`] (at most
-/// [`BACKGROUND_CAP`]) after the command exits, and a timeout or cancel kills the tree.
-pub async fn run_oneshot(
-    cfg: &ShellConfig,
-    command: &str,
-    cwd: &Path,
-    out: &mut dyn OutputSink,
-    deadline: Option<Instant>,
-    cancel: &CancellationToken,
-) -> io::Result<RunEnd> {
-    let group = procs::Group::new(false);
-    let script = format!(
-        "builtin cd -- {} && builtin eval {}",
-        quote(&cwd.to_string_lossy()),
-        quote(command)
-    );
-    let (tx, rx) = tokio::net::unix::pipe::pipe()?;
-    let writer = tx.into_blocking_fd()?;
-    let writer2 = writer.try_clone()?;
-    let (mut cmd, join) = shell_command(cfg, &["-c".into(), script.into()], &group);
-    cmd.stdin(Stdio::null()).stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
-    let fence = cfg.fence.as_ref();
-    let mut child = procs::spawn_owned(
-        || crate::fence::spawn_fenced(fence, || cmd.spawn()),
-        |c| c.id().map(|p| p as i32),
-    )?;
-    // Our copies of the write end went into the child; only its tree holds the pipe now.
-    drop((cmd, join));
-    let pid = child.id().map(|p| p as i32).unwrap_or(-1);
-    group.started(pid);
-    let mut buf = vec![0u8; READ_CHUNK];
-    // Owned, so that dropping it (the head-only rule) closes the pipe and the producer gets
-    // SIGPIPE.
-    let mut reader = Some(rx);
-    let mut eof = false;
-    let mut closed_early = false;
-    let mut exited: Option<(Option<i32>, Instant)> = None;
-    let mut last_data = Instant::now();
-    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
-    let ending = loop {
-        if let Some((code, at)) = exited {
-            let now = Instant::now();
-            if eof
-                || reader.is_none()
-                || now >= at + BACKGROUND_CAP
-                || now >= last_data + BACKGROUND_IDLE
-            {
-                break Ending::Done(code.unwrap_or(1));
-            }
-        }
-        let bg_wake =
-            exited.map_or(far, |(_, at)| (at + BACKGROUND_CAP).min(last_data + BACKGROUND_IDLE));
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled(), if exited.is_none() => break Ending::Cancelled,
-            _ = tokio::time::sleep_until(deadline.unwrap_or(far).into()), if exited.is_none() && deadline.is_some() => break Ending::TimedOut,
-            n = async { match reader.as_mut() { Some(r) => r.read(&mut buf).await, None => std::future::pending().await } }, if !eof => {
-                match n {
-                    Ok(0) | Err(_) => eof = true,
-                    Ok(n) => {
-                        last_data = Instant::now();
-                        if !out.data(&buf[..n]) {
-                            closed_early = true;
-                            reader = None;
-                        }
-                    }
-                }
-            }
-            st = child.wait(), if exited.is_none() => {
-                procs::disown_child(pid);
-                exited = Some((st.ok().and_then(exit_code), Instant::now()));
-            }
-            _ = tokio::time::sleep_until(bg_wake.into()), if exited.is_some() => {}
-            _ = tokio::time::sleep(IDLE_TICK), if exited.is_none() => out.idle(),
-        }
-    };
-    // Whatever is left (background jobs, or the whole tree on timeout and cancel) goes.
-    group.kill(procs::KILL_GRACE).await;
-    if exited.is_none() {
-        let _ = child.start_kill();
-        let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
-        procs::disown_child(pid);
-    }
-    Ok(RunEnd { ending, closed_early })
-}
-
 /// `<prefix…> <shell> <no-rc args> <extra…>` as a command with the shell environment and the
 /// owner mark, in a process group of its own, entering `group` (keep the returned fd until the
 /// spawn returned).
-fn shell_command(
+pub(super) fn shell_command(
     cfg: &ShellConfig,
     extra: &[OsString],
     group: &procs::Group,
@@ -290,48 +203,6 @@ pub struct ShellConfig {
     pub spawn: bool,
 }
 
-/// Receives a command's raw output. Returning `false` closes the output stream (the producer
-/// then gets SIGPIPE), used for the head-only rule of contract §1.
-pub trait OutputSink: Send {
-    fn data(&mut self, bytes: &[u8]) -> bool;
-    /// Called when no output has arrived for [`IDLE_TICK`] while the command runs (a chance to
-    /// send a live update that the throttle held back).
-    fn idle(&mut self) {}
-    /// When to close the output stream even if no more output arrives (the time bound of the
-    /// head-only rule, contract §1).
-    fn close_at(&self) -> Option<Instant> {
-        None
-    }
-}
-
-/// How long the output must pause before [`OutputSink::idle`] is called.
-pub const IDLE_TICK: Duration = Duration::from_millis(50);
-
-impl<F: FnMut(&[u8]) -> bool + Send> OutputSink for F {
-    fn data(&mut self, bytes: &[u8]) -> bool {
-        self(bytes)
-    }
-}
-
-/// How a command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
-    /// The foreground part finished with this status; the shell lives on.
-    Done(i32),
-    /// The shell itself ended (`exit`, `exec`, a crash): its status if known.
-    ShellExited(Option<i32>),
-    TimedOut,
-    Cancelled,
-}
-
-/// The outcome of [`Shell::run`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunEnd {
-    pub ending: Ending,
-    /// We closed the output early because the sink asked for it.
-    pub closed_early: bool,
-}
-
 /// A live shell process.
 #[derive(Debug)]
 pub struct Shell {
@@ -346,6 +217,8 @@ pub struct Shell {
     seq: u64,
     /// The tree has been killed already: a second kill has nothing to do.
     killed: bool,
+    /// The shell cannot run another command (it exited, or a run ended it).
+    dead: bool,
     kind: ShellKind,
     /// This shell's directory (see the module docs), removed with the shell.
     dir: PathBuf,
@@ -494,74 +367,15 @@ impl Shell {
         let dir = cfg.runtime_dir.join(format!("sh-{}", nonce()));
         super::rundir::private_dir(&dir)?;
         let made = super::rundir::private_dir(&dir.join(FIFO_DIR))
-            .and_then(|()| StatusFifo::open(&dir.join(FIFO_DIR).join(STATUS_NAME)));
-        let status = match made {
-            Ok(st) => st,
+            .and_then(|()| StatusFifo::open(&dir.join(FIFO_DIR).join(STATUS_NAME)))
+            .and_then(|status| Shell::start_process(cfg, kind, &dir, status));
+        let mut shell = match made {
+            Ok(shell) => shell,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(e);
             }
         };
-        let group = procs::Group::new(false);
-        let (mut cmd, join) = shell_command(cfg, &[], &group);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
-        let fence = cfg.fence.as_ref().map(|f| f.with_fifos(dir.join(FIFO_DIR)));
-        let spawned = procs::spawn_owned(
-            || crate::fence::spawn_fenced(fence.as_ref(), || cmd.spawn()),
-            |c| c.id().map(|p| p as i32),
-        );
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
-        drop(join);
-        let pid = child.id().map(|p| p as i32).unwrap_or(-1);
-        group.started(pid);
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(io::Error::other("shell pipes missing"));
-        };
-        let mut shell = Shell {
-            child,
-            pid,
-            group,
-            stdin,
-            stdout: BufReader::new(stdout),
-            status,
-            seq: 0,
-            killed: false,
-            kind,
-            dir: dir.clone(),
-            driver_dir: None,
-            buf: Vec::new(),
-            cmd_file: None,
-            next_fifo: None,
-            stale_fifo: None,
-            probe: crate::resources::CpuProbe::of(pid),
-            spawn: false,
-        };
-        let mut init = String::new();
-        if let Some(snap) = &cfg.snapshot {
-            init.push_str(&format!(
-                ". {} </dev/null >/dev/null 2>&1\n",
-                quote(&snap.to_string_lossy())
-            ));
-        }
-        if kind != ShellKind::Posix {
-            init.push_str(&format!(
-                "\\builtin readonly {VAR_CMD_FILE}={} {VAR_STATUS_FILE}={}\n",
-                quote(&dir.join(COMMAND_NAME).to_string_lossy()),
-                quote(&dir.join(FIFO_DIR).join(STATUS_NAME).to_string_lossy()),
-            ));
-        }
-        match kind {
-            ShellKind::Bash => init.push_str("shopt -s expand_aliases\n"),
-            ShellKind::Zsh => init.push_str("setopt aliases\n"),
-            ShellKind::Posix => {}
-        }
         // The spawn builtin, where bash can load it (a `noexec` runtime directory, a bash
         // without `enable -f` or an isolating prefix cannot): the reply says whether it did.
         let spawn_so = match kind {
@@ -570,53 +384,8 @@ impl Shell {
             }
             _ => None,
         };
-        let spawn_flag = match &spawn_so {
-            Some(so) => {
-                init.push_str(&format!(
-                    "__agent_bash_sp=;\\builtin enable -f {} {SPAWN_BUILTIN} 2>/dev/null && __agent_bash_sp=' spawn'\n",
-                    quote(&so.to_string_lossy())
-                ));
-                "\"$__agent_bash_sp\""
-            }
-            None => "''",
-        };
-        // The reply comes on stdout. A prefix that moves the shell into another filesystem
-        // (`docker exec -i box`) cannot see our FIFOs: the reply says so, and the runtime runs
-        // such commands one process each.
-        init.push_str(&format!(
-            "[ -d {dir} ] || {{ builtin printf 'R isolated\\n'; exit 0; }}\nbuiltin printf 'R 1%s\\n' {spawn_flag}\n",
-            dir = quote(&dir.join(FIFO_DIR).to_string_lossy()),
-        ));
-        if spawn_so.is_some() {
-            init.push_str("\\builtin unset __agent_bash_sp\n");
-        }
-        let ready = async {
-            shell.stdin.write_all(init.as_bytes()).await?;
-            shell.stdin.flush().await?;
-            let mut line = String::new();
-            let reply = match shell.stdout.read_line(&mut line).await? {
-                0 => None,
-                _ => Some(line.trim_end_matches('\n')),
-            };
-            match reply {
-                Some("R isolated") => Err(io::Error::other(ISOLATED)),
-                Some(line) if line.starts_with("R ") => {
-                    shell.spawn = line.split_whitespace().nth(2) == Some("spawn");
-                    Ok(())
-                }
-                Some(line) => Err(io::Error::other(format!("unexpected shell reply: {line}"))),
-                None => Err(io::Error::other(format!(
-                    "{} exited during start-up",
-                    cfg.prefix
-                        .iter()
-                        .map(String::as_str)
-                        .chain(std::iter::once(cfg.shell.to_string_lossy().as_ref()))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                ))),
-            }
-        };
-        match tokio::time::timeout(READY_TIMEOUT, ready).await {
+        let init = init_script(cfg, kind, &dir, spawn_so.as_deref());
+        match tokio::time::timeout(READY_TIMEOUT, shell.ready(cfg, &init)).await {
             Ok(Ok(())) => match shell.write_driver() {
                 Ok(()) => Ok(shell),
                 Err(e) => {
@@ -635,6 +404,77 @@ impl Shell {
         }
     }
 
+    /// Starts the shell process in `dir` (made, with its status FIFO): not yet answering.
+    fn start_process(
+        cfg: &ShellConfig,
+        kind: ShellKind,
+        dir: &Path,
+        status: StatusFifo,
+    ) -> io::Result<Shell> {
+        let group = procs::Group::new(false);
+        let (mut cmd, join) = shell_command(cfg, &[], &group);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        let fence = cfg.fence.as_ref().map(|f| f.with_fifos(dir.join(FIFO_DIR)));
+        let mut child = procs::spawn_owned(
+            || crate::fence::spawn_fenced(fence.as_ref(), || cmd.spawn()),
+            |c| c.id().map(|p| p as i32),
+        )?;
+        drop(join);
+        let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+        group.started(pid);
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(io::Error::other("shell pipes missing"));
+        };
+        Ok(Shell {
+            child,
+            pid,
+            group,
+            stdin,
+            stdout: BufReader::new(stdout),
+            status,
+            seq: 0,
+            killed: false,
+            dead: false,
+            kind,
+            dir: dir.to_path_buf(),
+            driver_dir: None,
+            buf: Vec::new(),
+            cmd_file: None,
+            next_fifo: None,
+            stale_fifo: None,
+            probe: crate::resources::CpuProbe::of(pid),
+            spawn: false,
+        })
+    }
+
+    /// Sends the start-up script and reads the shell's reply.
+    async fn ready(&mut self, cfg: &ShellConfig, init: &str) -> io::Result<()> {
+        self.stdin.write_all(init.as_bytes()).await?;
+        self.stdin.flush().await?;
+        let mut line = String::new();
+        let reply = match self.stdout.read_line(&mut line).await? {
+            0 => None,
+            _ => Some(line.trim_end_matches('\n')),
+        };
+        match reply {
+            Some("R isolated") => Err(io::Error::other(ISOLATED)),
+            Some(line) if line.starts_with("R ") => {
+                self.spawn = line.split_whitespace().nth(2) == Some("spawn");
+                Ok(())
+            }
+            Some(line) => Err(io::Error::other(format!("unexpected shell reply: {line}"))),
+            None => Err(io::Error::other(format!(
+                "{} exited during start-up",
+                cfg.prefix
+                    .iter()
+                    .map(String::as_str)
+                    .chain(std::iter::once(cfg.shell.to_string_lossy().as_ref()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ))),
+        }
+    }
+
     /// Runs one command. `deadline` is the timeout instant (None: no timeout).
     ///
     /// After `TimedOut`, `Cancelled` or `ShellExited` the shell is dead; drop it (or call
@@ -645,192 +485,53 @@ impl Shell {
     /// `fifo_open`), so no start marker is needed. When the status line comes, one
     /// non-blocking read tells whether the output is still held (a background job), already
     /// closed, or was never opened (the redirection failed).
-    pub async fn run(
+    async fn run_command(
         &mut self,
         command: &str,
         cwd: &Path,
         out: &mut dyn OutputSink,
         deadline: Option<Instant>,
         cancel: &CancellationToken,
-    ) -> io::Result<RunEnd> {
+    ) -> Result<RunEnd, RunError> {
         self.seq += 1;
         let seq = self.seq;
         let (fifo, fd) = self.take_fifo(seq)?;
-        let mut rx = Some(OutputEnd::Unwatched(fd));
         let quick_until = Instant::now() + QUICK;
-        let token = match super::random_hex::<8>() {
-            Ok(t) => t,
+        let token = match self.send_command(command, cwd, &fifo).await {
+            Ok(Some(token)) => token,
+            Ok(None) => {
+                let _ = std::fs::remove_file(&fifo);
+                let status = self.wait_exit().await;
+                self.dead = true;
+                return Ok(RunEnd { ending: Ending::ShellExited(status), closed_early: false });
+            }
             Err(e) => {
                 let _ = std::fs::remove_file(&fifo);
-                return Err(e);
+                return Err(e.into());
             }
         };
-        let line = match self.command_line(&token, command, cwd, &fifo) {
-            Ok(line) => line,
-            Err(e) => {
-                let _ = std::fs::remove_file(&fifo);
-                return Err(e);
-            }
-        };
-        let sent = async {
-            self.stdin.write_all(line.as_bytes()).await?;
-            self.stdin.flush().await
-        };
-        if let Err(e) = sent.await {
-            let _ = std::fs::remove_file(&fifo);
-            // The shell is gone (a previous `exit` we did not see yet): report it as exited.
-            tracing::debug!("shell {} did not take the command: {e}", self.pid);
-            let status = self.wait_exit().await;
-            return Ok(RunEnd { ending: Ending::ShellExited(status), closed_early: false });
-        }
         // While the shell works: remove the last command's FIFO and make the next one.
         self.between_commands(seq + 1);
 
         let mut buf = std::mem::take(&mut self.buf);
         buf.resize(READ_CHUNK, 0);
-        let mut sbuf = [0u8; 512];
-        let mut dropped = [0u8; 512];
-        let mut ended_seen = false;
-        let mut eof = false;
-        let mut closed_early = false;
-        let mut fg: Option<Ending> = None;
-        let mut fg_at: Option<Instant> = None;
-        let mut last_data = Instant::now();
-        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
-        let ending = loop {
-            if let Some(end) = fg {
-                if eof || rx.is_none() {
-                    break end;
-                }
-                let now = Instant::now();
-                let cap = fg_at.unwrap_or(now) + BACKGROUND_CAP;
-                let idle = last_data + BACKGROUND_IDLE;
-                if now >= cap || now >= idle {
-                    break end;
-                }
-            }
-            let bg_wake = match fg {
-                Some(_) => {
-                    let cap = fg_at.unwrap_or_else(Instant::now) + BACKGROUND_CAP;
-                    cap.min(last_data + BACKGROUND_IDLE)
-                }
-                None => far,
-            };
-            let reading = !eof && !closed_early && rx.as_ref().is_some_and(OutputEnd::watched);
-            let tick_at = match &rx {
-                Some(OutputEnd::Unwatched(_)) => quick_until,
-                _ => Instant::now() + IDLE_TICK,
-            };
-            let close_at = if reading { out.close_at() } else { None };
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled(), if fg.is_none() => break Ending::Cancelled,
-                _ = tokio::time::sleep_until(deadline.unwrap_or(far).into()), if fg.is_none() && deadline.is_some() => break Ending::TimedOut,
-                n = read_some(&mut rx, &mut buf), if reading => {
-                    match n {
-                        Ok(0) | Err(_) => { eof = true; }
-                        Ok(n) => {
-                            last_data = Instant::now();
-                            if !out.data(&buf[..n]) {
-                                closed_early = true;
-                                rx = None;
-                            }
-                        }
-                    }
-                }
-                _ = tokio::time::sleep_until(close_at.unwrap_or(far).into()), if close_at.is_some() => {
-                    closed_early = true;
-                    rx = None;
-                }
-                n = self.status.rx.read(&mut sbuf), if fg.is_none() => {
-                    if let Ok(n) = n {
-                        if let Some(code) = self.status.take(&sbuf[..n], &token) {
-                            fg = Some(Ending::Done(code));
-                            fg_at = Some(Instant::now());
-                        }
-                    }
-                }
-                // Only its end matters: what a command writes to it is dropped.
-                n = self.stdout.read(&mut dropped), if fg.is_none() => {
-                    if matches!(n, Ok(0) | Err(_)) {
-                        let status = self.wait_exit().await;
-                        fg = Some(Ending::ShellExited(status));
-                        fg_at = Some(Instant::now());
-                    }
-                }
-                _ = tokio::time::sleep_until(bg_wake.into()), if fg.is_some() => {}
-                _ = tokio::time::sleep_until(tick_at.into()), if fg.is_none() => {
-                    if matches!(rx, Some(OutputEnd::Unwatched(_))) {
-                        // The command outlived QUICK: its output is streamed from now on.
-                        if !watch(&mut rx) {
-                            eof = true;
-                        }
-                        continue;
-                    }
-                    out.idle();
-                    // Every writer closed the output, yet no status came and the shell waits
-                    // for its next protocol line: the command turned execution off (`set -n`)
-                    // and the shell will never run another. It is thrown away, not waited on
-                    // until the timeout.
-                    if eof && waits_on_stdin(self.pid) {
-                        tracing::warn!("shell {} stopped executing commands (set -n?)", self.pid);
-                        break Ending::ShellExited(None);
-                    }
-                }
-            }
-            // The foreground part just ended: what it wrote is read now; a background job that
-            // holds the output is watched from now on.
-            if fg.is_some() && fg_at.is_some() && !ended_seen {
-                ended_seen = true;
-                if !eof {
-                    let (n, more) = read_now(&rx, &mut buf);
-                    eof = !more;
-                    if n > 0 {
-                        last_data = Instant::now();
-                        if !out.data(&buf[..n]) {
-                            closed_early = true;
-                            rx = None;
-                        }
-                    }
-                    if !eof && !watch(&mut rx) {
-                        eof = true;
-                    }
-                }
-            }
+        let mut run = LocalRun {
+            rx: Some(OutputEnd::Unwatched(fd)),
+            quick_until,
+            token: &token,
+            status: &mut self.status,
+            stdout: &mut self.stdout,
+            child: &mut self.child,
+            pid: self.pid,
+            buf,
+            n: 0,
+            sbuf: [0u8; 512],
+            dropped: [0u8; 512],
         };
-        if matches!(ending, Ending::TimedOut | Ending::Cancelled | Ending::ShellExited(None)) {
-            let t = Instant::now();
-            self.kill().await;
-            tracing::debug!("killed shell {} in {:?}", self.pid, t.elapsed());
-            // Whatever the tree wrote before it died is still in the pipe: keep it.
-            if !closed_early && !eof {
-                let until = Instant::now() + DRAIN_AFTER_KILL;
-                while Instant::now() < until {
-                    // Nothing held the output, or it was never opened: done without waiting.
-                    let (n, more) = read_now(&rx, &mut buf);
-                    if n > 0 && !out.data(&buf[..n]) {
-                        break;
-                    }
-                    if !more {
-                        break;
-                    }
-                    if n == 0 {
-                        if !watch(&mut rx) {
-                            break;
-                        }
-                        match tokio::time::timeout_at(until.into(), read_some(&mut rx, &mut buf))
-                            .await
-                        {
-                            Ok(Ok(n)) if n > 0 => {
-                                if !out.data(&buf[..n]) {
-                                    break;
-                                }
-                            }
-                            _ => break,
-                        }
-                    }
-                }
-            }
+        let end = read_loop(&mut run, out, deadline, cancel).await;
+        let LocalRun { mut rx, mut buf, .. } = run;
+        if let Ok(end) = &end {
+            self.after_run(end, &mut rx, &mut buf, out).await;
         }
         drop(rx);
         self.buf = buf;
@@ -838,7 +539,79 @@ impl Shell {
         self.stale_fifo = Some(fifo);
         // Fallback tracking: what the command left running is known before the next one.
         self.group.note();
-        Ok(RunEnd { ending, closed_early })
+        let end = end?;
+        Ok(RunEnd { ending: end.ending, closed_early: end.closed_early })
+    }
+
+    /// Writes the command's protocol line: its status token, or `None` when the shell did not
+    /// take it (it is gone: a previous `exit` we did not see yet).
+    async fn send_command(
+        &mut self,
+        command: &str,
+        cwd: &Path,
+        fifo: &Path,
+    ) -> io::Result<Option<String>> {
+        let token = super::random_hex::<8>()?;
+        let line = self.command_line(&token, command, cwd, fifo)?;
+        let sent = async {
+            self.stdin.write_all(line.as_bytes()).await?;
+            self.stdin.flush().await
+        };
+        match sent.await {
+            Ok(()) => Ok(Some(token)),
+            Err(e) => {
+                tracing::debug!("shell {} did not take the command: {e}", self.pid);
+                Ok(None)
+            }
+        }
+    }
+
+    /// After the read loop: a shell that timed out, was cancelled or stopped answering is
+    /// killed, keeping what its tree wrote before it died.
+    async fn after_run(
+        &mut self,
+        end: &LoopEnd,
+        rx: &mut Option<OutputEnd>,
+        buf: &mut [u8],
+        out: &mut dyn OutputSink,
+    ) {
+        if !matches!(end.ending, Ending::Done(_)) {
+            self.dead = true;
+        }
+        if !matches!(end.ending, Ending::TimedOut | Ending::Cancelled | Ending::ShellExited(None)) {
+            return;
+        }
+        let t = Instant::now();
+        self.kill().await;
+        tracing::debug!("killed shell {} in {:?}", self.pid, t.elapsed());
+        // Whatever the tree wrote before it died is still in the pipe: keep it.
+        if end.closed_early || end.eof {
+            return;
+        }
+        let until = Instant::now() + DRAIN_AFTER_KILL;
+        while Instant::now() < until {
+            // Nothing held the output, or it was never opened: done without waiting.
+            let (n, more) = read_now(rx, buf);
+            if n > 0 && !out.data(&buf[..n]) {
+                break;
+            }
+            if !more {
+                break;
+            }
+            if n == 0 {
+                if !watch(rx) {
+                    break;
+                }
+                match tokio::time::timeout_at(until.into(), read_some(rx, buf)).await {
+                    Ok(Ok(n)) if n > 0 => {
+                        if !out.data(&buf[..n]) {
+                            break;
+                        }
+                    }
+                    _ => break,
+                }
+            }
+        }
     }
 
     /// The output FIFO of command `seq`, open for reading: the one made ahead of time when
@@ -882,12 +655,7 @@ impl Shell {
 
     /// Waits (briefly) for the shell process to exit and maps its status.
     async fn wait_exit(&mut self) -> Option<i32> {
-        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
-        procs::disown_child(self.pid);
-        match status {
-            Ok(Ok(st)) => exit_code(st),
-            _ => None,
-        }
+        wait_exit(&mut self.child, self.pid).await
     }
 
     /// Kills the shell and everything it started (TERM → grace → KILL), then reaps it.
@@ -1044,6 +812,205 @@ impl Shell {
         Ok(format!(
             "\\builtin . \"${VAR_CMD_FILE}\";\\builtin echo {token} $?>\"${VAR_STATUS_FILE}\"||\\builtin exit 99\n"
         ))
+    }
+}
+
+/// The start-up script of a shell in `dir`: the snapshot, the protocol's read-only variables,
+/// aliases on, the spawn builtin from `spawn_so`, and the reply line.
+fn init_script(cfg: &ShellConfig, kind: ShellKind, dir: &Path, spawn_so: Option<&Path>) -> String {
+    let mut init = String::new();
+    if let Some(snap) = &cfg.snapshot {
+        init.push_str(&format!(
+            ". {} </dev/null >/dev/null 2>&1\n",
+            quote(&snap.to_string_lossy())
+        ));
+    }
+    if kind != ShellKind::Posix {
+        init.push_str(&format!(
+            "\\builtin readonly {VAR_CMD_FILE}={} {VAR_STATUS_FILE}={}\n",
+            quote(&dir.join(COMMAND_NAME).to_string_lossy()),
+            quote(&dir.join(FIFO_DIR).join(STATUS_NAME).to_string_lossy()),
+        ));
+    }
+    match kind {
+        ShellKind::Bash => init.push_str("shopt -s expand_aliases\n"),
+        ShellKind::Zsh => init.push_str("setopt aliases\n"),
+        ShellKind::Posix => {}
+    }
+    let spawn_flag = match spawn_so {
+        Some(so) => {
+            init.push_str(&format!(
+                "__agent_bash_sp=;\\builtin enable -f {} {SPAWN_BUILTIN} 2>/dev/null && __agent_bash_sp=' spawn'\n",
+                quote(&so.to_string_lossy())
+            ));
+            "\"$__agent_bash_sp\""
+        }
+        None => "''",
+    };
+    // The reply comes on stdout. A prefix that moves the shell into another filesystem
+    // (`docker exec -i box`) cannot see our FIFOs: the reply says so, and the runtime runs
+    // such commands one process each.
+    init.push_str(&format!(
+        "[ -d {dir} ] || {{ builtin printf 'R isolated\\n'; exit 0; }}\nbuiltin printf 'R 1%s\\n' {spawn_flag}\n",
+        dir = quote(&dir.join(FIFO_DIR).to_string_lossy()),
+    ));
+    if spawn_so.is_some() {
+        init.push_str("\\builtin unset __agent_bash_sp\n");
+    }
+    init
+}
+
+/// One command's run in a [`Shell`]: what the read loop watches (the output FIFO, the status
+/// FIFO and the shell's stdout, whose end means the shell exited).
+struct LocalRun<'s> {
+    rx: Option<OutputEnd>,
+    /// Until then the output is read only when the status comes (see [`QUICK`]).
+    quick_until: Instant,
+    token: &'s str,
+    status: &'s mut StatusFifo,
+    stdout: &'s mut BufReader<ChildStdout>,
+    child: &'s mut Child,
+    pid: i32,
+    buf: Vec<u8>,
+    /// Bytes of the last read in `buf`.
+    n: usize,
+    sbuf: [u8; 512],
+    dropped: [u8; 512],
+}
+
+enum LocalWake {
+    Output(io::Result<usize>),
+    Status(io::Result<usize>),
+    Stdout(io::Result<usize>),
+}
+
+impl Transport for LocalRun<'_> {
+    type Wake = LocalWake;
+
+    async fn wait(&mut self, phase: Phase) -> LocalWake {
+        let reading = phase.reading && self.rx.as_ref().is_some_and(OutputEnd::watched);
+        tokio::select! {
+            biased;
+            n = read_some(&mut self.rx, &mut self.buf), if reading => LocalWake::Output(n),
+            n = self.status.rx.read(&mut self.sbuf), if phase.running => LocalWake::Status(n),
+            // Only its end matters: what a command writes to it is dropped.
+            n = self.stdout.read(&mut self.dropped), if phase.running => LocalWake::Stdout(n),
+            else => std::future::pending::<LocalWake>().await,
+        }
+    }
+
+    async fn handle(&mut self, wake: LocalWake, _phase: Phase) -> Event {
+        match wake {
+            LocalWake::Output(Ok(0) | Err(_)) => Event::OutputEnd,
+            LocalWake::Output(Ok(n)) => {
+                self.n = n;
+                Event::Output
+            }
+            LocalWake::Status(Ok(n)) => match self.status.take(&self.sbuf[..n], self.token) {
+                Some(code) => Event::Foreground(Ending::Done(code)),
+                None => Event::Nothing,
+            },
+            LocalWake::Status(Err(_)) | LocalWake::Stdout(Ok(1..)) => Event::Nothing,
+            LocalWake::Stdout(Ok(0) | Err(_)) => {
+                Event::Foreground(Ending::ShellExited(wait_exit(self.child, self.pid).await))
+            }
+        }
+    }
+
+    fn chunk(&self) -> &[u8] {
+        &self.buf[..self.n]
+    }
+
+    async fn close_output(&mut self) {
+        self.rx = None;
+    }
+
+    fn closable(&self) -> bool {
+        self.rx.as_ref().is_some_and(OutputEnd::watched)
+    }
+
+    fn tick_at(&self) -> Instant {
+        match &self.rx {
+            Some(OutputEnd::Unwatched(_)) => self.quick_until,
+            _ => Instant::now() + IDLE_TICK,
+        }
+    }
+
+    fn tick(&mut self) -> Option<Event> {
+        if !matches!(self.rx, Some(OutputEnd::Unwatched(_))) {
+            return None;
+        }
+        // The command outlived QUICK: its output is streamed from now on.
+        Some(if watch(&mut self.rx) { Event::Nothing } else { Event::OutputEnd })
+    }
+
+    fn stuck(&self, eof: bool) -> Option<Ending> {
+        // Every writer closed the output, yet no status came and the shell waits for its next
+        // protocol line: the command turned execution off (`set -n`) and the shell will never
+        // run another. It is thrown away, not waited on until the timeout.
+        if eof && waits_on_stdin(self.pid) {
+            tracing::warn!("shell {} stopped executing commands (set -n?)", self.pid);
+            return Some(Ending::ShellExited(None));
+        }
+        None
+    }
+
+    fn read_pending(&mut self) -> (bool, bool) {
+        let (n, more) = read_now(&self.rx, &mut self.buf);
+        self.n = n;
+        (n > 0, more)
+    }
+
+    fn keep_reading(&mut self) -> bool {
+        watch(&mut self.rx)
+    }
+}
+
+/// Waits (briefly) for the shell process `pid` to exit and maps its status.
+async fn wait_exit(child: &mut Child, pid: i32) -> Option<i32> {
+    let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+    procs::disown_child(pid);
+    match status {
+        Ok(Ok(st)) => exit_code(st),
+        _ => None,
+    }
+}
+
+impl Session for Shell {
+    type Config = ShellConfig;
+    type StartError = io::Error;
+    type Cwd<'a>
+        = &'a Path
+    where
+        Self: 'a;
+
+    fn start(cfg: &ShellConfig) -> impl Future<Output = io::Result<Shell>> + Send {
+        Shell::spawn(cfg)
+    }
+
+    fn run<'a>(
+        &'a mut self,
+        command: &'a str,
+        cwd: &'a Path,
+        out: &'a mut dyn OutputSink,
+        deadline: Option<Instant>,
+        cancel: &'a CancellationToken,
+    ) -> impl Future<Output = Result<RunEnd, RunError>> + Send + 'a {
+        self.run_command(command, cwd, out, deadline, cancel)
+    }
+
+    fn kill(&mut self) -> impl Future<Output = ()> + Send {
+        Shell::kill(self)
+    }
+
+    /// A local shell has no orderly end that its background jobs would not survive: the same
+    /// as [`Session::kill`].
+    fn close(&mut self) -> impl Future<Output = ()> + Send {
+        Shell::kill(self)
+    }
+
+    fn is_alive(&self) -> bool {
+        !self.killed && !self.dead
     }
 }
 
@@ -1225,12 +1192,6 @@ async fn read_some(rx: &mut Option<OutputEnd>, buf: &mut [u8]) -> io::Result<usi
         Some(OutputEnd::Watched(rx)) => rx.read(buf).await,
         _ => std::future::pending().await,
     }
-}
-
-/// Exit code of a process: its status, or 128 + signal number (contract §5).
-pub fn exit_code(st: std::process::ExitStatus) -> Option<i32> {
-    use std::os::unix::process::ExitStatusExt;
-    st.code().or_else(|| st.signal().map(|s| 128 + s))
 }
 
 fn make_fifo(path: &Path) -> io::Result<()> {

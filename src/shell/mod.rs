@@ -1,7 +1,11 @@
 //! The floor under the executor and the PTY path: shell processes and the processes they start.
 //!
-//! * [`local`]: persistent shell sessions on this machine (protocol, FIFOs, endings) and the
-//!   one-process-per-command fallback for isolating prefixes.
+//! * [`session`]: the one interface of the three shells below (start, run one command with its
+//!   feed, kill, close), and what a run reports.
+//! * [`local`]: persistent shell sessions on this machine (protocol, FIFOs, endings).
+//! * [`oneshot`]: the one-process-per-command fallback for isolating prefixes.
+//! * [`remote`]: persistent shells on the other side of an engine (`ssh`, `docker exec`).
+//! * `read_loop`: the read loop the three share, with the background-wait rules.
 //! * [`snapshot`]: capturing the user's rc once per shell path.
 //! * [`procs`]: marking, tracking and killing every process a shell started.
 //!
@@ -12,6 +16,9 @@
 // the runtime thread: that file is the lead's round-trip work, which will revisit them.
 #[allow(clippy::disallowed_methods)]
 pub mod local;
+pub mod oneshot;
+mod read_loop;
+pub mod session;
 // Blocking by contract: the kill ladders poll and sleep, so async callers go through
 // `kill_tree` (spawn_blocking), the PTY path calls them from its own threads, the watchdog is a
 // process of its own, and `reap_adopted` runs under spawn_blocking. `/proc` reads are kernel
@@ -29,7 +36,8 @@ pub mod snapshot;
 #[allow(clippy::disallowed_methods)]
 pub mod zsh;
 
-pub use local::{quote, Ending, RunEnd, Shell, ShellConfig, ShellKind};
+pub use local::{quote, Shell, ShellConfig, ShellKind};
+pub use session::{Ending, OutputSink, RunEnd, RunError, Session};
 
 /// `N` bytes from the kernel's random source (`getrandom`) as hex: the per-command status
 /// token of a local shell and the frame nonce of a remote one.

@@ -33,6 +33,7 @@
 //! next command reconnects (`shell_restarted`). An engine that ends (connection lost, ssh
 //! killed) fails the running call with `Remote session lost: <reason>`.
 
+use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,10 +43,9 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::local::{
-    exit_code, Ending, OutputSink, RunEnd, BACKGROUND_CAP, BACKGROUND_IDLE, IDLE_TICK,
-};
 use super::procs;
+use super::read_loop::{read_loop, Event, LoopEnd, Phase, Transport};
+use super::session::{exit_code, Ending, OutputSink, RunEnd, RunError, Session};
 
 /// The remote driver, sent as text on connect (no binary is uploaded).
 pub const DRIVER: &str = include_str!("remote_driver.sh");
@@ -96,17 +96,6 @@ enum Frame {
     Killed,
     /// The stream ended or broke: the reason.
     Closed(String),
-}
-
-/// How a remote run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RemoteEnd {
-    /// As a local run ends; after anything but `Done` the session is gone.
-    Ended(RunEnd),
-    /// The cwd is not a directory on the remote side (nothing ran); the session lives on.
-    BadCwd,
-    /// The connection was lost: `Remote session lost: <reason>`.
-    Lost(String),
 }
 
 /// A live remote session.
@@ -188,73 +177,15 @@ impl RemoteShell {
         let err_text = Arc::new(Mutex::new(String::new()));
         tokio::spawn(collect_stderr(stderr, err_text.clone()));
         let nonce = random_token();
-        let mark = random_token();
-        let encoder = match cfg.encoder {
-            Encoder::Auto => "auto",
-            Encoder::Shell => "sh",
-        };
-        let driver = format!("__reader_pl={}\n{DRIVER}", super::local::quote(READER_PL));
-        let boot = format!(
-            "exec bash --noprofile --norc -c {} agent-bash-remote {nonce} {mark} {encoder}\n",
-            super::local::quote(&driver)
-        );
         let mut reader = BufReader::with_capacity(256 * 1024, stdout);
-        let started = async {
-            stdin.write_all(boot.as_bytes()).await.map_err(|e| e.to_string())?;
-            stdin.flush().await.map_err(|e| e.to_string())?;
-            // Anything before the ready frame (a banner, a login script's chatter) is skipped.
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                let n = (&mut reader)
-                    .take(MAX_LINE as u64)
-                    .read_until(b'\n', &mut line)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if n == 0 {
-                    return Err(String::new());
-                }
-                let text = String::from_utf8_lossy(&line);
-                let mut words = text.trim_end().splitn(4, ' ');
-                if words.next() != Some(nonce.as_str()) {
-                    continue;
-                }
-                match (words.next(), words.next(), words.next()) {
-                    (Some("R"), Some(pid), host) => {
-                        return Ok((pid.to_string(), host.unwrap_or("").to_string()))
-                    }
-                    (Some("L"), _, _) => {
-                        return Err(text.trim_end()[nonce.len() + 3..].to_string());
-                    }
-                    _ => return Err(format!("unexpected frame at start-up: {}", text.trim_end())),
-                }
-            }
-        };
-        let ready = tokio::time::timeout(CONNECT_TIMEOUT, started).await;
-        let fail = |mut child: Child, why: String, err_text: Arc<Mutex<String>>| async move {
-            let _ = child.start_kill();
-            let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-            procs::disown_child(pid);
-            let status = match status {
-                Ok(Ok(st)) => exit_code(st),
-                _ => None,
-            };
-            Err(reason(&why, &err_text, status))
-        };
-        let (shell_pid, host) = match ready {
+        let started = bootstrap(&mut stdin, &mut reader, &nonce, cfg.encoder);
+        let (shell_pid, host) = match tokio::time::timeout(CONNECT_TIMEOUT, started).await {
             Ok(Ok(v)) => v,
-            Ok(Err(why)) => {
-                // Let the engine finish writing its error before it is read.
-                let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-                procs::disown_child(pid);
-                let status = match status {
-                    Ok(Ok(st)) => exit_code(st),
-                    _ => None,
-                };
-                return Err(reason(&why, &err_text, status));
-            }
+            // Let the engine finish writing its error before it is read.
+            Ok(Err(why)) => return Err(engine_failed(child, pid, false, &why, &err_text).await),
             Err(_) => {
-                return fail(child, "no answer within 30 s".into(), err_text).await;
+                let why = "no answer within 30 s";
+                return Err(engine_failed(child, pid, true, why, &err_text).await);
             }
         };
         let (tx, rx) = mpsc::channel(FRAME_QUEUE);
@@ -300,11 +231,6 @@ impl RemoteShell {
         self.pid
     }
 
-    /// Whether the session can still run commands.
-    pub fn is_alive(&self) -> bool {
-        !self.dead
-    }
-
     async fn send(&mut self, text: &str) -> io::Result<()> {
         let Some(stdin) = self.stdin.as_mut() else {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the session has ended"));
@@ -315,16 +241,16 @@ impl RemoteShell {
 
     /// Runs one command in `cwd` (None: where the last command left the shell). Output goes to
     /// `out` as it arrives. Same ending rules as a local run (contract §5).
-    pub async fn run(
+    async fn run_command(
         &mut self,
         command: &str,
         cwd: Option<&str>,
         out: &mut dyn OutputSink,
         deadline: Option<Instant>,
         cancel: &CancellationToken,
-    ) -> RemoteEnd {
+    ) -> Result<RunEnd, RunError> {
         if self.dead {
-            return RemoteEnd::Lost("the session has ended".into());
+            return Err(RunError::Lost("the session has ended".into()));
         }
         self.seq += 1;
         let seq = self.seq;
@@ -335,98 +261,30 @@ impl RemoteShell {
         );
         if let Err(e) = self.send(&line).await {
             self.dead = true;
-            return RemoteEnd::Lost(self.lost_reason(&e.to_string()).await);
+            return Err(RunError::Lost(self.lost_reason(&e.to_string()).await));
         }
-        let mut eof = false;
-        let mut closed_early = false;
-        let mut fg: Option<Ending> = None;
-        let mut fg_at: Option<Instant> = None;
-        let mut last_data = Instant::now();
-        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
-        let ending = loop {
-            if let Some(end) = fg {
-                let now = Instant::now();
-                let cap = fg_at.unwrap_or(now) + BACKGROUND_CAP;
-                if eof || closed_early || now >= cap || now >= last_data + BACKGROUND_IDLE {
-                    break end;
-                }
-            }
-            let bg_wake = match fg {
-                Some(_) => (fg_at.unwrap_or_else(Instant::now) + BACKGROUND_CAP)
-                    .min(last_data + BACKGROUND_IDLE),
-                None => far,
-            };
-            let close_at = if !eof && !closed_early { out.close_at() } else { None };
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled(), if fg.is_none() => break Ending::Cancelled,
-                _ = tokio::time::sleep_until(deadline.unwrap_or(far).into()), if fg.is_none() && deadline.is_some() => break Ending::TimedOut,
-                frame = self.frames.recv() => match frame {
-                    Some(Frame::Out(s, bytes)) if s == seq => {
-                        last_data = Instant::now();
-                        if !closed_early && !out.data(&bytes) {
-                            closed_early = true;
-                            let _ = self.send(&format!("X {seq}\n")).await;
-                        }
-                    }
-                    Some(Frame::OutEnd(s)) if s == seq => eof = true,
-                    Some(Frame::Done(s, code)) if s == seq && fg.is_none() => {
-                        fg = Some(Ending::Done(code));
-                        fg_at = Some(Instant::now());
-                    }
-                    Some(Frame::BadCwd(s)) if s == seq => return RemoteEnd::BadCwd,
-                    Some(Frame::ShellExited(code)) => {
-                        self.dead = true;
-                        if fg.is_none() {
-                            fg = Some(Ending::ShellExited(Some(code)));
-                            fg_at = Some(Instant::now());
-                        }
-                    }
-                    Some(Frame::Killed) => {
-                        self.dead = true;
-                        if fg.is_none() {
-                            fg = Some(Ending::ShellExited(None));
-                            fg_at = Some(Instant::now());
-                        }
-                    }
-                    // Frames of earlier commands (their background output, their late ends).
-                    Some(Frame::Out(..) | Frame::OutEnd(_) | Frame::Done(..) | Frame::BadCwd(_)) => {}
-                    closed @ (Some(Frame::Closed(_)) | None) => {
-                        let why = match closed { Some(Frame::Closed(w)) => w, _ => String::new() };
-                        let why = match fg {
-                            // The shell had exited: the engine ending after it is expected.
-                            Some(Ending::ShellExited(_)) => None,
-                            _ => Some(why_or_default(why)),
-                        };
-                        self.dead = true;
-                        match why {
-                            None => break fg.unwrap_or(Ending::ShellExited(None)),
-                            Some(why) => return RemoteEnd::Lost(self.lost_reason(&why).await),
-                        }
-                    }
-                },
-                _ = tokio::time::sleep_until(close_at.unwrap_or(far).into()), if close_at.is_some() => {
-                    closed_early = true;
-                    let _ = self.send(&format!("X {seq}\n")).await;
-                }
-                _ = tokio::time::sleep_until(bg_wake.into()), if fg.is_some() => {}
-                _ = tokio::time::sleep(IDLE_TICK), if fg.is_none() => out.idle(),
-            }
-        };
-        match ending {
+        let mut run = RemoteRun { shell: &mut *self, seq, bytes: Vec::new(), fg: None };
+        let end = read_loop(&mut run, out, deadline, cancel).await?;
+        self.after_run(seq, &end, out).await;
+        Ok(RunEnd { ending: end.ending, closed_early: end.closed_early })
+    }
+
+    /// After the read loop: a timeout or cancel kills the tree; background jobs that still
+    /// hold the output get SIGPIPE.
+    async fn after_run(&mut self, seq: u64, end: &LoopEnd, out: &mut dyn OutputSink) {
+        match end.ending {
             Ending::TimedOut | Ending::Cancelled => {
-                self.kill_tree(seq, out, closed_early).await;
+                self.kill_tree(seq, out, end.closed_early).await;
             }
-            Ending::Done(_) if !eof && !closed_early => {
+            Ending::Done(_) if !end.eof && !end.closed_early => {
                 // Background jobs still hold the output: stop reading it (they get SIGPIPE).
                 let _ = self.send(&format!("X {seq}\n")).await;
             }
             _ => {}
         }
-        if matches!(ending, Ending::ShellExited(_)) {
+        if matches!(end.ending, Ending::ShellExited(_)) {
             self.dead = true;
         }
-        RemoteEnd::Ended(RunEnd { ending, closed_early })
     }
 
     /// Kills the shell's whole remote tree and waits until the remote side says it is gone,
@@ -482,6 +340,193 @@ impl RemoteShell {
         // The stderr task may still be reading the engine's last words.
         tokio::time::sleep(Duration::from_millis(20)).await;
         reason(why, &self.stderr, status)
+    }
+}
+
+/// Sends the boot line and waits for the ready frame: the shell's process id and the host's
+/// name, or why the remote side could not start (empty: the stream ended).
+async fn bootstrap(
+    stdin: &mut ChildStdin,
+    reader: &mut BufReader<tokio::process::ChildStdout>,
+    nonce: &str,
+    encoder: Encoder,
+) -> Result<(String, String), String> {
+    let mark = random_token();
+    let encoder = match encoder {
+        Encoder::Auto => "auto",
+        Encoder::Shell => "sh",
+    };
+    let driver = format!("__reader_pl={}\n{DRIVER}", super::local::quote(READER_PL));
+    let boot = format!(
+        "exec bash --noprofile --norc -c {} agent-bash-remote {nonce} {mark} {encoder}\n",
+        super::local::quote(&driver)
+    );
+    stdin.write_all(boot.as_bytes()).await.map_err(|e| e.to_string())?;
+    stdin.flush().await.map_err(|e| e.to_string())?;
+    // Anything before the ready frame (a banner, a login script's chatter) is skipped.
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut *reader)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await
+            .map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err(String::new());
+        }
+        let text = String::from_utf8_lossy(&line);
+        let mut words = text.trim_end().splitn(4, ' ');
+        if words.next() != Some(nonce) {
+            continue;
+        }
+        match (words.next(), words.next(), words.next()) {
+            (Some("R"), Some(pid), host) => {
+                return Ok((pid.to_string(), host.unwrap_or("").to_string()))
+            }
+            (Some("L"), _, _) => {
+                return Err(text.trim_end()[nonce.len() + 3..].to_string());
+            }
+            _ => return Err(format!("unexpected frame at start-up: {}", text.trim_end())),
+        }
+    }
+}
+
+/// The reason an engine that did not bring up the shell gives, once it has exited (`kill`: it
+/// is killed first).
+async fn engine_failed(
+    mut child: Child,
+    pid: i32,
+    kill: bool,
+    why: &str,
+    err_text: &Mutex<String>,
+) -> String {
+    if kill {
+        let _ = child.start_kill();
+    }
+    let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+    procs::disown_child(pid);
+    let status = match status {
+        Ok(Ok(st)) => exit_code(st),
+        _ => None,
+    };
+    reason(why, err_text, status)
+}
+
+/// One command's run in a [`RemoteShell`]: its frames, as the read loop sees them.
+struct RemoteRun<'s> {
+    shell: &'s mut RemoteShell,
+    seq: u64,
+    /// The bytes of the last output frame.
+    bytes: Vec<u8>,
+    /// The foreground's ending, once reported.
+    fg: Option<Ending>,
+}
+
+impl RemoteRun<'_> {
+    fn foreground(&mut self, end: Ending) -> Event {
+        self.fg = Some(end);
+        Event::Foreground(end)
+    }
+}
+
+impl Transport for RemoteRun<'_> {
+    type Wake = Option<Frame>;
+
+    async fn wait(&mut self, _phase: Phase) -> Option<Frame> {
+        self.shell.frames.recv().await
+    }
+
+    async fn handle(&mut self, frame: Option<Frame>, phase: Phase) -> Event {
+        let seq = self.seq;
+        match frame {
+            Some(Frame::Out(s, bytes)) if s == seq => {
+                self.bytes = bytes;
+                Event::Output
+            }
+            Some(Frame::OutEnd(s)) if s == seq => Event::OutputEnd,
+            Some(Frame::Done(s, code)) if s == seq && phase.running => {
+                self.foreground(Ending::Done(code))
+            }
+            Some(Frame::BadCwd(s)) if s == seq => Event::Fail(RunError::BadCwd),
+            Some(Frame::ShellExited(code)) => {
+                self.shell.dead = true;
+                match phase.running {
+                    true => self.foreground(Ending::ShellExited(Some(code))),
+                    false => Event::Nothing,
+                }
+            }
+            Some(Frame::Killed) => {
+                self.shell.dead = true;
+                match phase.running {
+                    true => self.foreground(Ending::ShellExited(None)),
+                    false => Event::Nothing,
+                }
+            }
+            // Frames of earlier commands (their background output, their late ends).
+            Some(Frame::Out(..) | Frame::OutEnd(_) | Frame::Done(..) | Frame::BadCwd(_)) => {
+                Event::Nothing
+            }
+            closed @ (Some(Frame::Closed(_)) | None) => {
+                self.shell.dead = true;
+                // The shell had exited: the engine ending after it is expected.
+                if let Some(end @ Ending::ShellExited(_)) = self.fg {
+                    return Event::End(end);
+                }
+                let why = match closed {
+                    Some(Frame::Closed(w)) => w,
+                    _ => String::new(),
+                };
+                Event::Fail(RunError::Lost(self.shell.lost_reason(&why_or_default(why)).await))
+            }
+        }
+    }
+
+    fn chunk(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    async fn close_output(&mut self) {
+        let _ = self.shell.send(&format!("X {}\n", self.seq)).await;
+    }
+}
+
+impl Session for RemoteShell {
+    type Config = RemoteConfig;
+    type StartError = String;
+    type Cwd<'a>
+        = Option<&'a str>
+    where
+        Self: 'a;
+
+    fn start(cfg: &RemoteConfig) -> impl Future<Output = Result<Self, String>> + Send {
+        RemoteShell::connect(cfg)
+    }
+
+    fn run<'a>(
+        &'a mut self,
+        command: &'a str,
+        cwd: Option<&'a str>,
+        out: &'a mut dyn OutputSink,
+        deadline: Option<Instant>,
+        cancel: &'a CancellationToken,
+    ) -> impl Future<Output = Result<RunEnd, RunError>> + Send + 'a {
+        self.run_command(command, cwd, out, deadline, cancel)
+    }
+
+    /// Kills the shell's whole remote tree (`K`), then ends the session.
+    async fn kill(&mut self) {
+        let seq = self.seq;
+        self.kill_tree(seq, &mut |_: &[u8]| true, true).await;
+        RemoteShell::close(self).await;
+    }
+
+    fn close(&mut self) -> impl Future<Output = ()> + Send {
+        RemoteShell::close(self)
+    }
+
+    fn is_alive(&self) -> bool {
+        !self.dead
     }
 }
 

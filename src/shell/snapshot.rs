@@ -305,177 +305,29 @@ impl Function<'_> {
     }
 }
 
+/// The raw dump, read into its parts (see [`filter_dump`]).
+#[derive(Default)]
+struct Dump<'a> {
+    /// The options (and modules) kept, as script lines.
+    options: String,
+    /// Names of the shell's builtins and keywords.
+    reserved: std::collections::HashSet<&'a str>,
+    functions: Vec<Function<'a>>,
+    alias_lines: Vec<&'a str>,
+    path: String,
+}
+
 /// Turns the raw dump into the script sessions source, and says what it kept and dropped.
 /// Options come first (completion functions need `extglob` to parse); then the functions, each
 /// with every function it calls or not at all; then the aliases; then PATH. Nothing may take
 /// the name of a builtin or keyword of the shell (contract §5, turn 3).
 pub fn filter_dump(raw: &str, kind: ShellKind) -> (String, Report) {
     let mut report = Report::default();
-    let mut options = String::new();
-    let mut reserved: std::collections::HashSet<&str> = std::collections::HashSet::new();
-    let mut functions: Vec<Function> = Vec::new();
-    let mut alias_lines: Vec<&str> = Vec::new();
-    let mut path = String::new();
-    #[derive(PartialEq)]
-    enum Part {
-        Options,
-        Function,
-        Aliases,
-        Path,
-    }
-    let mut part = Part::Options;
-    for line in raw.lines() {
-        if let Some(name) = line.strip_prefix("#B ") {
-            reserved.insert(name.trim());
-            continue;
-        }
-        if let Some(name) = line.strip_prefix("#F ") {
-            part = Part::Function;
-            functions.push(Function { name: name.trim(), text: String::new() });
-            continue;
-        }
-        if line == "#A" {
-            part = Part::Aliases;
-            continue;
-        }
-        if line == "#P" {
-            part = Part::Path;
-            continue;
-        }
-        match part {
-            Part::Options => {
-                // Modules the rc loaded (oh-my-zsh's functions read `$langinfo`), before the
-                // functions that use them.
-                if let Some(module) = line.strip_prefix("zmodload ") {
-                    if kind == ShellKind::Zsh && module != "zsh/main" && !module.starts_with('-') {
-                        options.push_str(&format!("zmodload {module}\n"));
-                    }
-                    continue;
-                }
-                let words: Vec<&str> = line.split_whitespace().collect();
-                let name = words.last().copied().unwrap_or("");
-                let known =
-                    matches!(words.first(), Some(&"shopt") | Some(&"set") | Some(&"setopt"));
-                if !known {
-                    continue;
-                }
-                let plain = name.to_ascii_lowercase().replace('_', "");
-                let dropped = DROP_OPTIONS.contains(&name)
-                    || (kind == ShellKind::Zsh
-                        && (DROP_OPTIONS.contains(&plain.as_str())
-                            || plain
-                                .strip_prefix("no")
-                                .is_some_and(|n| DROP_OPTIONS.contains(&n))));
-                if dropped {
-                    // bash lists every option; only one the rc turned on counts as dropped.
-                    if kind == ShellKind::Zsh
-                        || line.starts_with("set -o")
-                        || line.starts_with("shopt -s")
-                    {
-                        report.drop("option", Dropped::Option);
-                    }
-                } else {
-                    report.options += 1;
-                    options.push_str(line);
-                    options.push('\n');
-                }
-            }
-            Part::Function => {
-                if let Some(f) = functions.last_mut() {
-                    f.text.push_str(line);
-                    f.text.push('\n');
-                }
-            }
-            Part::Aliases => alias_lines.push(line),
-            Part::Path => {
-                path.push_str(line);
-                path.push('\n');
-            }
-        }
-    }
-    // Why a function cannot be kept on its own account.
+    let Dump { options, reserved, functions, alias_lines, path } =
+        read_dump(raw, kind, &mut report);
     let by_name: HashMap<&str, usize> =
         functions.iter().enumerate().map(|(i, f)| (f.name, i)).collect();
-    let own = |f: &Function| -> Option<Dropped> {
-        let name = f.name;
-        if reserved.contains(name) {
-            Some(Dropped::BuiltinName)
-        } else if SKIP_NAMES.contains(&name) {
-            Some(Dropped::ToolName)
-        } else if f.is_autoload_stub() {
-            Some(Dropped::AutoloadStub)
-        } else if HOOKS.contains(&name)
-            || (kind == ShellKind::Zsh
-                && name.len() > 4
-                && name.starts_with("TRAP")
-                && name[4..].bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
-        {
-            Some(Dropped::Hook)
-        } else {
-            None
-        }
-    };
-    // Calls: a body word naming a function, unless `builtin`/`command` (or a backslash) says
-    // it is not the function.
-    let calls: Vec<Vec<usize>> = functions
-        .iter()
-        .map(|f| {
-            let mut out: Vec<usize> = f
-                .words()
-                .filter(|(prev, _)| {
-                    !matches!(*prev, "builtin" | "command" | "\\builtin" | "\\command")
-                })
-                .filter_map(|(_, w)| by_name.get(w).copied())
-                .collect();
-            out.sort_unstable();
-            out.dedup();
-            out
-        })
-        .collect();
-    let unfit: Vec<Option<Dropped>> = functions.iter().map(own).collect();
-    // A root (a function the user calls by name: not `_`-prefixed) is kept with everything it
-    // reaches, unless it reaches a function that cannot be kept (a call to one named like a
-    // builtin or a tool reaches the builtin or the tool instead).
-    let mut keep = vec![false; functions.len()];
-    let mut dropped_roots: Vec<(usize, Dropped)> = Vec::new();
-    for (root, f) in functions.iter().enumerate() {
-        if f.name.starts_with('_') {
-            continue;
-        }
-        if let Some(why) = unfit[root] {
-            dropped_roots.push((root, why));
-            continue;
-        }
-        let mut seen = vec![false; functions.len()];
-        let mut stack = vec![root];
-        let mut ok = true;
-        while let Some(i) = stack.pop() {
-            // A call to one named like a builtin or tool reaches the builtin or the tool, as
-            // the agent's own commands do.
-            let plain = matches!(unfit[i], Some(Dropped::BuiltinName | Dropped::ToolName));
-            if (i != root && plain) || std::mem::replace(&mut seen[i], true) {
-                continue;
-            }
-            match unfit[i] {
-                Some(_) if i != root => {
-                    ok = false;
-                    break;
-                }
-                _ => {}
-            }
-            stack.extend(calls[i].iter().copied());
-        }
-        if ok {
-            for (i, s) in seen.iter().enumerate() {
-                keep[i] |= *s;
-            }
-        } else {
-            dropped_roots.push((root, Dropped::NeedsDropped));
-        }
-    }
-    for (_, why) in &dropped_roots {
-        report.drop("function", *why);
-    }
+    let keep = kept_functions(&functions, &by_name, &reserved, kind, &mut report);
     let mut script = options;
     if kind == ShellKind::Zsh {
         // zsh starts with aliases of its own (`run-help`, `which-command`): a function of the
@@ -500,6 +352,183 @@ pub fn filter_dump(raw: &str, kind: ShellKind) -> (String, Report) {
     }
     script.push_str(&path);
     (script, report)
+}
+
+/// Splits the raw dump into its parts, keeping the options that may be kept.
+fn read_dump<'a>(raw: &'a str, kind: ShellKind, report: &mut Report) -> Dump<'a> {
+    #[derive(PartialEq)]
+    enum Part {
+        Options,
+        Function,
+        Aliases,
+        Path,
+    }
+    let mut dump = Dump::default();
+    let mut part = Part::Options;
+    for line in raw.lines() {
+        if let Some(name) = line.strip_prefix("#B ") {
+            dump.reserved.insert(name.trim());
+            continue;
+        }
+        if let Some(name) = line.strip_prefix("#F ") {
+            part = Part::Function;
+            dump.functions.push(Function { name: name.trim(), text: String::new() });
+            continue;
+        }
+        if line == "#A" {
+            part = Part::Aliases;
+            continue;
+        }
+        if line == "#P" {
+            part = Part::Path;
+            continue;
+        }
+        match part {
+            Part::Options => option_line(line, kind, report, &mut dump.options),
+            Part::Function => {
+                if let Some(f) = dump.functions.last_mut() {
+                    f.text.push_str(line);
+                    f.text.push('\n');
+                }
+            }
+            Part::Aliases => dump.alias_lines.push(line),
+            Part::Path => {
+                dump.path.push_str(line);
+                dump.path.push('\n');
+            }
+        }
+    }
+    dump
+}
+
+/// One line of the options part: kept in `options`, or counted as dropped.
+fn option_line(line: &str, kind: ShellKind, report: &mut Report, options: &mut String) {
+    // Modules the rc loaded (oh-my-zsh's functions read `$langinfo`), before the functions
+    // that use them.
+    if let Some(module) = line.strip_prefix("zmodload ") {
+        if kind == ShellKind::Zsh && module != "zsh/main" && !module.starts_with('-') {
+            options.push_str(&format!("zmodload {module}\n"));
+        }
+        return;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let name = words.last().copied().unwrap_or("");
+    let known = matches!(words.first(), Some(&"shopt") | Some(&"set") | Some(&"setopt"));
+    if !known {
+        return;
+    }
+    let plain = name.to_ascii_lowercase().replace('_', "");
+    let dropped = DROP_OPTIONS.contains(&name)
+        || (kind == ShellKind::Zsh
+            && (DROP_OPTIONS.contains(&plain.as_str())
+                || plain.strip_prefix("no").is_some_and(|n| DROP_OPTIONS.contains(&n))));
+    if dropped {
+        // bash lists every option; only one the rc turned on counts as dropped.
+        if kind == ShellKind::Zsh || line.starts_with("set -o") || line.starts_with("shopt -s") {
+            report.drop("option", Dropped::Option);
+        }
+    } else {
+        report.options += 1;
+        options.push_str(line);
+        options.push('\n');
+    }
+}
+
+/// Why a function cannot be kept on its own account.
+fn unfit(
+    f: &Function,
+    reserved: &std::collections::HashSet<&str>,
+    kind: ShellKind,
+) -> Option<Dropped> {
+    let name = f.name;
+    if reserved.contains(name) {
+        Some(Dropped::BuiltinName)
+    } else if SKIP_NAMES.contains(&name) {
+        Some(Dropped::ToolName)
+    } else if f.is_autoload_stub() {
+        Some(Dropped::AutoloadStub)
+    } else if HOOKS.contains(&name)
+        || (kind == ShellKind::Zsh
+            && name.len() > 4
+            && name.starts_with("TRAP")
+            && name[4..].bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
+    {
+        Some(Dropped::Hook)
+    } else {
+        None
+    }
+}
+
+/// Which functions are kept: a root (a function the user calls by name: not `_`-prefixed) is
+/// kept with everything it reaches, unless it reaches a function that cannot be kept (a call
+/// to one named like a builtin or a tool reaches the builtin or the tool instead).
+fn kept_functions(
+    functions: &[Function],
+    by_name: &HashMap<&str, usize>,
+    reserved: &std::collections::HashSet<&str>,
+    kind: ShellKind,
+    report: &mut Report,
+) -> Vec<bool> {
+    // Calls: a body word naming a function, unless `builtin`/`command` (or a backslash) says
+    // it is not the function.
+    let calls: Vec<Vec<usize>> = functions
+        .iter()
+        .map(|f| {
+            let mut out: Vec<usize> = f
+                .words()
+                .filter(|(prev, _)| {
+                    !matches!(*prev, "builtin" | "command" | "\\builtin" | "\\command")
+                })
+                .filter_map(|(_, w)| by_name.get(w).copied())
+                .collect();
+            out.sort_unstable();
+            out.dedup();
+            out
+        })
+        .collect();
+    let unfit: Vec<Option<Dropped>> = functions.iter().map(|f| unfit(f, reserved, kind)).collect();
+    let mut keep = vec![false; functions.len()];
+    let mut dropped_roots: Vec<(usize, Dropped)> = Vec::new();
+    for (root, f) in functions.iter().enumerate() {
+        if f.name.starts_with('_') {
+            continue;
+        }
+        if let Some(why) = unfit[root] {
+            dropped_roots.push((root, why));
+            continue;
+        }
+        match reach(root, &calls, &unfit) {
+            Some(seen) => {
+                for (i, s) in seen.iter().enumerate() {
+                    keep[i] |= *s;
+                }
+            }
+            None => dropped_roots.push((root, Dropped::NeedsDropped)),
+        }
+    }
+    for (_, why) in &dropped_roots {
+        report.drop("function", *why);
+    }
+    keep
+}
+
+/// The functions `root` reaches, or `None` when one of them cannot be kept.
+fn reach(root: usize, calls: &[Vec<usize>], unfit: &[Option<Dropped>]) -> Option<Vec<bool>> {
+    let mut seen = vec![false; calls.len()];
+    let mut stack = vec![root];
+    while let Some(i) = stack.pop() {
+        // A call to one named like a builtin or tool reaches the builtin or the tool, as the
+        // agent's own commands do.
+        let plain = matches!(unfit[i], Some(Dropped::BuiltinName | Dropped::ToolName));
+        if (i != root && plain) || std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        if unfit[i].is_some() && i != root {
+            return None;
+        }
+        stack.extend(calls[i].iter().copied());
+    }
+    Some(seen)
 }
 
 /// Whether one line of `alias -p` (bash) or `alias -L` (zsh) may be kept.

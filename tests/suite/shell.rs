@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_bash::shell::local::{Ending, Shell, ShellConfig};
+use agent_bash::shell::Session;
 use tokio_util::sync::CancellationToken;
 
 pub fn config(dir: &Path) -> ShellConfig {

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_bash::shell::local::{Ending, Shell};
+use agent_bash::shell::Session;
 use pretty_assertions::assert_eq;
 use tokio_util::sync::CancellationToken;
 

@@ -1,0 +1,138 @@
+//! The one interface of the three shells (contract §5, §12): the persistent local shell
+//! ([`super::local::Shell`]), the one-process-per-command runner ([`super::oneshot::Oneshot`],
+//! for isolating prefixes) and the remote shell ([`super::remote::RemoteShell`]).
+//!
+//! A trait rather than an enum: what sits above it (slots, keys, `max_sessions`, eviction,
+//! `shell_restarted`) is the same code for the local pool and the remote one, generic over the
+//! session it holds, and a local slot can then never hold a remote shell. Each shell keeps its
+//! own start-up and its own way of ending (a local kill ladder, a remote `K` frame); what they
+//! share, the read loop and its background-wait rules, is [`super::read_loop`], generic too, so
+//! nothing on a command's round trip goes through a virtual call.
+//!
+//! The methods return `impl Future + Send` (not `async fn`) so that code generic over a
+//! [`Session`] may spawn what it awaits.
+
+use std::future::Future;
+use std::io;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+/// After the foreground part ends, background jobs may still hold the output pipe: wait while it
+/// keeps producing, but return once it has been idle this long (contract §5).
+pub const BACKGROUND_IDLE: Duration = Duration::from_millis(250);
+/// ... and never longer than this after the foreground ended (contract §5).
+pub const BACKGROUND_CAP: Duration = Duration::from_secs(2);
+/// How long the output must pause before [`OutputSink::idle`] is called.
+pub const IDLE_TICK: Duration = Duration::from_millis(50);
+
+/// Receives a command's raw output (the feed of a run). Returning `false` closes the output
+/// stream (the producer then gets SIGPIPE), used for the head-only rule of contract §1.
+pub trait OutputSink: Send {
+    fn data(&mut self, bytes: &[u8]) -> bool;
+    /// Called when no output has arrived for [`IDLE_TICK`] while the command runs (a chance to
+    /// send a live update that the throttle held back).
+    fn idle(&mut self) {}
+    /// When to close the output stream even if no more output arrives (the time bound of the
+    /// head-only rule, contract §1).
+    fn close_at(&self) -> Option<Instant> {
+        None
+    }
+}
+
+impl<F: FnMut(&[u8]) -> bool + Send> OutputSink for F {
+    fn data(&mut self, bytes: &[u8]) -> bool {
+        self(bytes)
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The foreground part finished with this status; the shell lives on.
+    Done(i32),
+    /// The shell itself ended (`exit`, `exec`, a crash): its status if known.
+    ShellExited(Option<i32>),
+    TimedOut,
+    Cancelled,
+}
+
+/// The outcome of [`Session::run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunEnd {
+    pub ending: Ending,
+    /// We closed the output early because the sink asked for it.
+    pub closed_early: bool,
+}
+
+/// Why a run has no [`RunEnd`].
+#[derive(Debug)]
+pub enum RunError {
+    /// The local machinery failed (a FIFO, the protocol write): nothing is known of the command.
+    Io(io::Error),
+    /// The cwd is not a directory on the remote side (nothing ran); the session lives on.
+    BadCwd,
+    /// The connection to a remote shell was lost: `Remote session lost: <reason>`.
+    Lost(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Io(e) => e.fmt(f),
+            RunError::BadCwd => f.write_str("the working directory does not exist"),
+            RunError::Lost(why) => write!(f, "Remote session lost: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<io::Error> for RunError {
+    fn from(e: io::Error) -> Self {
+        RunError::Io(e)
+    }
+}
+
+/// A shell that runs one command at a time.
+pub trait Session: Sized + Send {
+    /// What starting one takes.
+    type Config: Sync;
+    /// Why it could not start.
+    type StartError;
+    /// Where a command runs: a local directory, or (remote) a path on the other side, `None`
+    /// for where the last command left the shell.
+    type Cwd<'a>: Send
+    where
+        Self: 'a;
+
+    /// Starts the shell and waits until it answers.
+    fn start(cfg: &Self::Config) -> impl Future<Output = Result<Self, Self::StartError>> + Send;
+
+    /// Runs one command, its output going to `out` as it arrives. `deadline` is the timeout
+    /// instant (None: no timeout); `cancel` stops the run. After any ending but
+    /// [`Ending::Done`] the shell is gone ([`Session::is_alive`] says so): close it.
+    fn run<'a>(
+        &'a mut self,
+        command: &'a str,
+        cwd: Self::Cwd<'a>,
+        out: &'a mut dyn OutputSink,
+        deadline: Option<Instant>,
+        cancel: &'a CancellationToken,
+    ) -> impl Future<Output = Result<RunEnd, RunError>> + Send + 'a;
+
+    /// Kills the shell's whole process tree now (and ends the session).
+    fn kill(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// Ends the session in order: nothing it started survives.
+    fn close(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// Whether the session can run another command.
+    fn is_alive(&self) -> bool;
+}
+
+/// Exit code of a process: its status, or 128 + signal number (contract §5).
+pub fn exit_code(st: std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    st.code().or_else(|| st.signal().map(|s| 128 + s))
+}
