@@ -103,7 +103,7 @@ end
 ---@param looked string the path looked at before $PATH
 ---@return string
 function M.missing(looked)
-  return ('agent-bash binary not found (looked at %s and $PATH). %s; or set `bin`'):format(
+  return ('backend binary not found (looked at %s and $PATH). %s; or set `bin`'):format(
     looked,
     table.concat(M.advice(), '; ')
   )

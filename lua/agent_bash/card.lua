@@ -217,7 +217,7 @@ end
 --- width, the status (exit N, cancelled, timed out) and the duration; the footer lists the keys
 --- that work now (terminal mode while running, normal mode once done).
 ---@param state agent_bash.CardState
----@param opts {width: integer, keys?: agent_bash.Keys, term_kill_key?: string|false, icons?: table<agent_bash.Status, string>}
+---@param opts {width: integer, focused?: boolean, keys?: agent_bash.Keys, term_kill_key?: string|false, icons?: table<agent_bash.Status, string>}
 ---@return [string, string][] title
 ---@return [string, string][] footer
 function M.term_chrome(state, opts)
@@ -231,7 +231,9 @@ function M.term_chrome(state, opts)
   local parts = {}
   if state.status == 'running' then
     if state.waiting_input then
-      parts[#parts + 1] = 'waiting for input: :AgentBashFocus to answer'
+      -- In the terminal itself the answer is typed there; from elsewhere, the command goes to it.
+      parts[#parts + 1] = opts.focused and 'waiting for input: type your answer'
+        or 'waiting for input: :AgentBashFocus to answer'
     end
     if state.cancel_requested then
       parts[#parts + 1] = 'cancelling…'

@@ -271,7 +271,8 @@ end
 
 function H.chrome(term, width)
   width = width or (term.win and vim.api.nvim_win_get_width(term.win)) or 80
-  return require('agent_bash.card').term_chrome(term.state, { width = width })
+  local focused = term.win ~= nil and term.win == vim.api.nvim_get_current_win()
+  return require('agent_bash.card').term_chrome(term.state, { width = width, focused = focused })
 end
 
 --- Keys typed in terminal mode, forwarded raw (the backend translates them for the program).
@@ -399,6 +400,17 @@ function H.autocmds()
       for _, term in pairs(H.terms) do
         if term.win and (changed[term.win] or not wins or #wins == 0) then
           H.report_size(term)
+        end
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd('WinEnter', {
+    group = H.augroup,
+    desc = 'agent-bash: a waiting terminal says how to answer from where the cursor is',
+    callback = function()
+      for _, term in pairs(H.terms) do
+        if term.state and term.state.waiting_input and not term.finished then
+          M.refresh(term)
         end
       end
     end,

@@ -479,3 +479,19 @@ t.describe('changed files (contract §13)', function()
     t.eq(1, #running.lines)
   end)
 end)
+
+t.describe('term_chrome', function()
+  local function footer(state, focused)
+    local _, f = card.term_chrome(state, { width = 100, focused = focused })
+    return table.concat(vim.tbl_map(function(c)
+      return c[1]
+    end, f))
+  end
+
+  t.it('a waiting terminal says how to answer from where the cursor is', function()
+    local s = bang({ waiting_input = true })
+    t.ok(footer(s, true):find('waiting for input: type your answer', 1, true), footer(s, true))
+    t.ok(footer(s, false):find('waiting for input: :AgentBashFocus to answer', 1, true), footer(s, false))
+    t.eq(nil, footer(bang(), true):find('waiting', 1, true))
+  end)
+end)

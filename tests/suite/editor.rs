@@ -455,6 +455,18 @@ async fn editor_waiting_for_input_is_marked_and_answered() {
               local s = '' for _, ch in ipairs(c or {}) do s = s .. ch[1] end return s")
         .await;
     assert!(title.as_str().unwrap().contains("· waiting for input ·"), "{title:?}");
+    // The footer says how to answer from where the cursor is: typing in the terminal, the
+    // command from another window.
+    let footer = "(function() local ts = require('agent_bash.terminal').terms(); local t = ts[#ts]
+        local s = '' for _, ch in ipairs(vim.api.nvim_win_get_config(t.win).footer or {}) do s = s .. ch[1] end
+        return s end)()";
+    let here = ed.lua(&format!("return {footer}")).await;
+    assert!(here.as_str().unwrap().contains("waiting for input: type your answer"), "{here:?}");
+    ed.cmd("wincmd p").await;
+    let away = ed.lua(&format!("return {footer}")).await;
+    assert!(away.as_str().unwrap().contains("waiting for input: :AgentBashFocus to answer"), "{away:?}");
+    ed.cmd("AgentBashFocus").await;
+    ed.wait_lua("vim.api.nvim_get_mode().mode == 't'").await;
     ed.nvim.input("bob<CR>").await.unwrap();
     ed.wait_term("hello bob").await;
     assert_eq!(ed.term_result("exit_code").await.as_i64(), Some(0));

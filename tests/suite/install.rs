@@ -185,7 +185,8 @@ async fn lazy_dir_spec_first_command_says_how_and_agentbashbuild_runs_it() {
     let card = finished_card(&ed).await;
     let msgs = ed.messages().await;
     for text in [&card, &msgs] {
-        assert!(text.contains("agent-bash binary not found"), "{text}");
+        assert!(text.contains("backend binary not found"), "{text}");
+        assert!(!text.contains("agent-bash: agent-bash"), "{text}");
         assert!(text.contains("lazy.nvim never builds a plugin it loads from `dir`"), "{text}");
         assert!(text.contains(":Lazy build agent-bash"), "{text}");
         assert!(text.contains(":AgentBashBuild"), "{text}");
