@@ -464,7 +464,10 @@ async fn editor_waiting_for_input_is_marked_and_answered() {
     assert!(here.as_str().unwrap().contains("waiting for input: type your answer"), "{here:?}");
     ed.cmd("wincmd p").await;
     let away = ed.lua(&format!("return {footer}")).await;
-    assert!(away.as_str().unwrap().contains("waiting for input: :AgentBashFocus to answer"), "{away:?}");
+    assert!(
+        away.as_str().unwrap().contains("waiting for input: :AgentBashFocus to answer"),
+        "{away:?}"
+    );
     ed.cmd("AgentBashFocus").await;
     ed.wait_lua("vim.api.nvim_get_mode().mode == 't'").await;
     ed.nvim.input("bob<CR>").await.unwrap();
