@@ -5,7 +5,7 @@ build: ; cargo build --release
 run: build ; scripts/run.sh $(ARGS)
 test: ; scripts/test.sh
 test-fast: ; scripts/test-fast.sh
-check: ; cargo fmt --check && cargo clippy --all-targets --quiet -- -D warnings
+check: ; scripts/check-cycles.py && cargo fmt --check && cargo clippy --all-targets --quiet -- -D warnings
 bench: build ; scripts/bench.sh
 fuzz: ; scripts/fuzz.sh
 lint: ; cargo fmt --check && cargo clippy --release --all-targets -- -D warnings

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 NVIM_BIN=$(scripts/nvim.sh)
 export NVIM_BIN
+scripts/check-cycles.py
 test_home=$(mktemp -d)
 trap 'rm -rf "$test_home"' EXIT
 export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"

@@ -28,6 +28,8 @@ echo "== valgrind: $(scripts/debian-tool.sh /usr/bin/valgrind valgrind)"
 echo "== zsh: $(scripts/debian-tool.sh /usr/bin/zsh zsh)"
 echo "== zoxide: $(scripts/debian-tool.sh /usr/bin/zoxide zoxide)"
 echo "== Neovim: $("$NVIM_BIN" --version | head -n1) ($NVIM_BIN)"
+echo "== import cycles"
+scripts/check-cycles.py
 echo "== format and lints"
 cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings

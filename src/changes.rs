@@ -34,7 +34,6 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 use tokio::sync::OwnedMutexGuard;
 
-use crate::result::BashResult;
 use store::{Delta, Entry, Git, Tree};
 
 /// Changed paths a result lists; `changes_count` has the total.
@@ -144,21 +143,35 @@ impl Change {
     }
 }
 
-/// `[Changed files: M src/a.rs, A notes.txt, D old.txt]`: at most [`NOTE_NAMES`] names, then
-/// ` and <N> more`.
-pub fn note(changes: &[Change], total: usize) -> String {
+/// `M src/a.rs, A notes.txt, D old.txt`: at most [`NOTE_NAMES`] names, then ` and <N> more`
+/// (the model's note, `crate::result`, and the undo's output list them so).
+pub fn names(changes: &[Change], total: usize) -> String {
     let names: Vec<String> = changes
         .iter()
         .take(NOTE_NAMES)
         .map(|c| format!("{} {}", c.kind.letter(), c.path))
         .collect();
     let shown = names.len();
-    let mut text = format!("[Changed files: {}", names.join(", "));
+    let mut text = names.join(", ");
     if total > shown {
         text.push_str(&format!(" and {} more", total - shown));
     }
-    text.push(']');
     text
+}
+
+/// What a run did to its project's files, as the result carries it (contract §13): the result
+/// sets its `changes*` fields from it and writes the model's note
+/// (`crate::result::BashResult::set_receipt`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Receipt {
+    /// Receipts are off (or the run was blocked): the result says nothing of changes.
+    #[default]
+    Off,
+    /// No receipt for this run, and why (`changes_unavailable`).
+    Unavailable(String),
+    /// The changed paths (at most [`MAX_REPORTED`]), how many changed, and the id `undo` takes
+    /// (present when something changed).
+    Taken { changes: Vec<Change>, count: usize, id: Option<u64> },
 }
 
 /// A run whose changes can be undone and shown.
@@ -451,7 +464,7 @@ impl Receipts {
         let own = self.own_dirs.clone();
         let found = tokio::task::spawn_blocking(move || {
             let cwd = cwd.canonicalize().unwrap_or(cwd);
-            let root = store::project_root(&cwd)
+            let root = crate::project::root(&cwd)
                 .ok_or("the working directory is inside a .git directory")?;
             let ours = own.into_iter().map(|d| d.canonicalize().unwrap_or(d));
             if ours.into_iter().any(|d| root.0.starts_with(&d)) {
@@ -483,16 +496,12 @@ impl Receipts {
         }
     }
 
-    /// The snapshot after the run: sets `changes`, `changes_count`, `changes_id` (when something
-    /// changed) or `changes_unavailable` on the result, and, with `note`, ends the model text
-    /// with the one-line note.
-    pub async fn finish(&self, begin: Begin, command: &str, r: &mut BashResult, note: bool) {
+    /// The snapshot after the run, and the receipt: what changed between the two (recorded
+    /// for undo when anything did), or why there is none.
+    pub async fn finish(&self, begin: Begin, command: &str) -> Receipt {
         let (project, before) = match begin {
-            Begin::Off => return,
-            Begin::Unavailable(reason) => {
-                r.changes_unavailable = Some(reason);
-                return;
-            }
+            Begin::Off => return Receipt::Off,
+            Begin::Unavailable(reason) => return Receipt::Unavailable(reason),
             Begin::Taken { project, before } => (project, before),
         };
         let after = match self.snapshot(&project, false).await {
@@ -500,38 +509,20 @@ impl Receipts {
                 drop(held);
                 after
             }
-            Err(reason) => {
-                r.changes_unavailable = Some(reason);
-                return;
-            }
+            Err(reason) => return Receipt::Unavailable(reason),
         };
         let deltas = tokio::task::spawn_blocking(move || store::diff(&before, &after))
             .await
             .unwrap_or_default();
-        self.report(r, project, command, deltas, note);
+        self.report(project, command, deltas)
     }
 
-    /// Sets the receipt fields of `r` from `deltas` and records them.
-    fn report(
-        &self,
-        r: &mut BashResult,
-        project: Arc<Project>,
-        command: &str,
-        deltas: Vec<Delta>,
-        note: bool,
-    ) {
+    /// The receipt of `deltas`, recorded when not empty.
+    fn report(&self, project: Arc<Project>, command: &str, deltas: Vec<Delta>) -> Receipt {
         let changes: Vec<Change> = deltas.iter().take(MAX_REPORTED).map(Change::of).collect();
-        r.changes_count = Some(deltas.len());
-        if !deltas.is_empty() {
-            if note {
-                let kept = r.output.trim_end_matches('\n').len();
-                r.output.truncate(kept);
-                r.output.push_str("\n\n");
-                r.output.push_str(&self::note(&changes, deltas.len()));
-            }
-            r.changes_id = Some(self.record(project, command, deltas));
-        }
-        r.changes = changes;
+        let count = deltas.len();
+        let id = (!deltas.is_empty()).then(|| self.record(project, command, deltas));
+        Receipt::Taken { changes, count, id }
     }
 
     fn record(&self, project: Arc<Project>, command: &str, deltas: Vec<Delta>) -> u64 {
@@ -595,28 +586,38 @@ impl Receipts {
             .map_err(|e| UndoError::Failed(e.to_string()))?
             .map_err(|e| UndoError::Failed(format!("Undo of run {} failed: {e}", rec.id)))?;
         let label = format!("undo {}", rec.id);
-        let mut r = BashResult::default();
-        match self.snapshot_held(&project, held).await {
+        let receipt = match self.snapshot_held(&project, held).await {
             Ok((_, after)) => {
                 let deltas = tokio::task::spawn_blocking(move || store::diff(&now, &after))
                     .await
                     .unwrap_or_default();
-                self.report(&mut r, project, &label, deltas, false);
+                self.report(project, &label, deltas)
             }
-            Err(reason) => r.changes_unavailable = Some(reason),
-        }
+            Err(reason) => Receipt::Unavailable(reason),
+        };
         let changes = rec.changes();
-        let mut output = format!("Undid run {} (`{}`): ", rec.id, first_line(&rec.command));
-        output.push_str(&note(&changes, changes.len())["[Changed files: ".len()..]);
-        output.pop();
-        Ok(UndoResult {
+        let output = format!(
+            "Undid run {} (`{}`): {}",
+            rec.id,
+            first_line(&rec.command),
+            names(&changes, changes.len())
+        );
+        let mut undo = UndoResult {
             undone: rec.id,
             output,
-            changes_id: r.changes_id,
-            changes: r.changes,
-            changes_count: r.changes_count.unwrap_or(0),
-            changes_unavailable: r.changes_unavailable,
-        })
+            changes_id: None,
+            changes: Vec::new(),
+            changes_count: 0,
+            changes_unavailable: None,
+        };
+        match receipt {
+            Receipt::Off => {}
+            Receipt::Unavailable(reason) => undo.changes_unavailable = Some(reason),
+            Receipt::Taken { changes, count, id } => {
+                (undo.changes, undo.changes_count, undo.changes_id) = (changes, count, id);
+            }
+        }
+        Ok(undo)
     }
 
     /// Whether run `id` can be undone now: `undo`'s refusal, if any, without touching a file
@@ -1143,20 +1144,20 @@ mod tests {
     }
 
     #[test]
-    fn note_lists_twenty_names_then_a_count() {
+    fn names_lists_twenty_then_a_count() {
         let few = [
             c("src/a.rs", Kind::Modified),
             c("notes.txt", Kind::Added),
             c("old.txt", Kind::Deleted),
             c("run.sh", Kind::Mode),
         ];
-        assert_eq!(note(&few, 4), "[Changed files: M src/a.rs, A notes.txt, D old.txt, X run.sh]");
+        assert_eq!(names(&few, 4), "M src/a.rs, A notes.txt, D old.txt, X run.sh");
         let many: Vec<Change> = (0..25).map(|i| c(&format!("f{i}"), Kind::Added)).collect();
-        let text = note(&many, 25);
-        assert!(text.ends_with("A f19 and 5 more]"), "{text}");
+        let text = names(&many, 25);
+        assert!(text.ends_with("A f19 and 5 more"), "{text}");
         assert_eq!(text.matches("A f").count(), 20);
-        let capped = note(&many[..3], 300);
-        assert!(capped.ends_with("A f2 and 297 more]"), "{capped}");
+        let capped = names(&many[..3], 300);
+        assert!(capped.ends_with("A f2 and 297 more"), "{capped}");
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl Runtime {
         // contract §13: the fence's root is the user's (the setting, else the start directory's
         // project), never a request's; its widest form decides where our own files may live.
         let fence_root = settings.sandbox_root_path().unwrap_or_else(|| {
-            crate::fence::project_root(
+            crate::project::root_or_cwd(
                 &base_dir.canonicalize().unwrap_or_else(|_| base_dir.clone()),
             )
         });
@@ -353,7 +353,7 @@ impl Runtime {
         let (command, note) = (req.command.clone(), req.origin == Origin::Tool);
         let mut r = self.run_pipeline(req, cancel, on_update, hooks).await?;
         if r.blocked.is_none() {
-            self.changes.finish(receipt, &command, &mut r, note).await;
+            r.set_receipt(self.changes.finish(receipt, &command).await, note);
         }
         Ok(r)
     }
@@ -1077,10 +1077,7 @@ fn note_fence(r: &mut BashResult, fence: Option<&Fence>) {
     let Some(fence) = fence else { return };
     r.sandbox = Some(fence.mode.as_str());
     if crate::fence::looks_denied(&r.text) {
-        let kept = r.output.trim_end_matches('\n').len();
-        r.output.truncate(kept);
-        r.output.push_str("\n\n");
-        r.output.push_str(crate::fence::NOTE);
+        r.push_note(crate::fence::NOTE);
     }
 }
 

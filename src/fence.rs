@@ -189,12 +189,6 @@ impl Fence {
     }
 }
 
-/// The project a cwd belongs to, as change receipts see it (the nearest directory at or above
-/// it holding `.git`, else the cwd itself); a cwd inside a `.git` is its own project.
-pub fn project_root(cwd: &Path) -> PathBuf {
-    crate::changes::store::project_root(cwd).map_or_else(|| cwd.to_path_buf(), |(root, _)| root)
-}
-
 /// Runs `spawn` (which starts a process) on a fresh thread fenced by `fence` first, so the
 /// process and its descendants inherit the fence and no other thread of the backend does.
 /// Without a fence, runs it here. The thread enters the caller's tokio runtime, if any, so
@@ -256,16 +250,6 @@ pub fn kernel_support() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn project_root_is_the_work_tree() {
-        let dir = tempfile::tempdir().unwrap();
-        let sub = dir.path().join("a/b");
-        std::fs::create_dir_all(&sub).unwrap();
-        assert_eq!(project_root(&sub), sub);
-        std::fs::create_dir(dir.path().join(".git")).unwrap();
-        assert_eq!(project_root(&sub), dir.path());
-    }
 
     #[test]
     fn modes_and_paths() {

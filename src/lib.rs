@@ -34,6 +34,7 @@ pub mod intercept;
 pub mod logfile;
 pub mod mode;
 pub mod normalize;
+pub mod project;
 pub mod pty;
 pub mod rescue;
 // `/proc` reads of the command's processes: kernel tables, not disk.

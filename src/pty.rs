@@ -69,7 +69,8 @@ use portable_pty::{CommandBuilder, PtySize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::shell::local::{self as shell, quote, ShellConfig, ShellKind};
+use crate::project::quote;
+use crate::shell::local::{self as shell, ShellConfig, ShellKind};
 use crate::shell::{procs, Origin};
 use screen::Screen;
 

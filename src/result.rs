@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::changes::{names, Receipt};
 use crate::rescue::{self, Rescued};
 use crate::sink::{SinkOutput, TruncatedBy};
 
@@ -111,12 +112,36 @@ impl BashResult {
     /// Sets the receipt; an expensive run's text ends with its one-line note (§7).
     pub fn set_resources(&mut self, resources: crate::resources::Resources) {
         if let Some(note) = resources.note() {
-            let kept = self.output.trim_end_matches('\n').len();
-            self.output.truncate(kept);
-            self.output.push_str("\n\n");
-            self.output.push_str(&note);
+            self.push_note(&note);
         }
         self.resources = Some(resources);
+    }
+
+    /// Sets `changes`, `changes_count`, `changes_id` (when something changed) or
+    /// `changes_unavailable` from the change receipt (contract §13), and, with `note` and
+    /// something changed, ends the model text with `[Changed files: M a.rs, A b.txt]`.
+    pub fn set_receipt(&mut self, receipt: Receipt, note: bool) {
+        match receipt {
+            Receipt::Off => {}
+            Receipt::Unavailable(reason) => self.changes_unavailable = Some(reason),
+            Receipt::Taken { changes, count, id } => {
+                self.changes_count = Some(count);
+                if note && count > 0 {
+                    self.push_note(&format!("[Changed files: {}]", names(&changes, count)));
+                }
+                self.changes_id = id;
+                self.changes = changes;
+            }
+        }
+    }
+
+    /// Ends the model text with a one-line note after one blank line (the fence's, the
+    /// receipts', an expensive run's).
+    pub fn push_note(&mut self, note: &str) {
+        let kept = self.output.trim_end_matches('\n').len();
+        self.output.truncate(kept);
+        self.output.push_str("\n\n");
+        self.output.push_str(note);
     }
 }
 
@@ -318,6 +343,32 @@ mod tests {
     use serde_json::json;
 
     const LIMIT: u64 = 51200;
+
+    #[test]
+    fn receipt_note_names_twenty_then_a_count() {
+        use crate::changes::{Change, Kind};
+        let c = |path: &str, kind| Change { path: path.into(), kind };
+        let few = vec![
+            c("src/a.rs", Kind::Modified),
+            c("notes.txt", Kind::Added),
+            c("old.txt", Kind::Deleted),
+            c("run.sh", Kind::Mode),
+        ];
+        let mut r = BashResult { output: "hi\n".into(), ..Default::default() };
+        r.set_receipt(Receipt::Taken { changes: few.clone(), count: 4, id: Some(7) }, true);
+        assert_eq!(r.output, "hi\n\n[Changed files: M src/a.rs, A notes.txt, D old.txt, X run.sh]");
+        assert_eq!((r.changes, r.changes_count, r.changes_id), (few, Some(4), Some(7)));
+        let many: Vec<Change> = (0..25).map(|i| c(&format!("f{i}"), Kind::Added)).collect();
+        let mut r = BashResult { output: "hi".into(), ..Default::default() };
+        r.set_receipt(Receipt::Taken { changes: many, count: 25, id: Some(8) }, true);
+        assert!(r.output.ends_with("A f19 and 5 more]"), "{}", r.output);
+        let mut quiet = BashResult { output: "hi".into(), ..Default::default() };
+        quiet.set_receipt(Receipt::Taken { changes: Vec::new(), count: 0, id: None }, true);
+        assert_eq!((quiet.output.as_str(), quiet.changes_count), ("hi", Some(0)));
+        let mut off = BashResult::default();
+        off.set_receipt(Receipt::Unavailable("why".into()), true);
+        assert_eq!(off.changes_unavailable.as_deref(), Some("why"));
+    }
 
     fn sink(text: &str) -> SinkOutput {
         let lines = if text.is_empty() { 0 } else { text.lines().count() as u64 };

@@ -194,22 +194,6 @@ fn varint(data: &[u8]) -> Option<(usize, usize)> {
     None
 }
 
-/// The project root for a working directory: the nearest directory holding `.git` (a git work
-/// tree, a worktree or a submodule), else the directory itself. `None` inside a `.git`.
-pub fn project_root(cwd: &Path) -> Option<(PathBuf, bool)> {
-    if cwd.components().any(|c| c.as_os_str() == ".git") {
-        return None;
-    }
-    let mut dir = Some(cwd);
-    while let Some(d) = dir {
-        if d.join(".git").symlink_metadata().is_ok() {
-            return Some((d.to_path_buf(), true));
-        }
-        dir = d.parent();
-    }
-    Some((cwd.to_path_buf(), false))
-}
-
 /// Where the shadow store of `root` lives under `base`: `<base>/<name>-<hash of the path>`.
 pub fn shadow_dir(base: &Path, root: &Path) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
@@ -710,13 +694,11 @@ mod tests {
     }
 
     #[test]
-    fn roots_and_shadow_names() {
+    fn shadow_names() {
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path().join("repo");
         std::fs::create_dir_all(repo.join(".git")).unwrap();
         std::fs::create_dir_all(repo.join("src/deep")).unwrap();
-        assert_eq!(project_root(&repo.join("src/deep")), Some((repo.clone(), true)));
-        assert_eq!(project_root(&repo.join(".git")), None);
         let base = Path::new("/state/changes");
         let a = shadow_dir(base, Path::new("/home/me/my project"));
         assert!(a.to_string_lossy().starts_with("/state/changes/my_project-"), "{a:?}");

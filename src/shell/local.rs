@@ -69,6 +69,7 @@ use super::procs;
 use super::read_loop::{read_loop, Event, LoopEnd, Phase, Transport};
 use super::session::{RunError, Session};
 use super::zsh;
+use crate::project::quote;
 
 pub use super::session::{
     exit_code, Ending, OutputSink, RunEnd, BACKGROUND_CAP, BACKGROUND_IDLE, IDLE_TICK,
@@ -341,21 +342,6 @@ fn waits_on_stdin(pid: i32) -> bool {
     let mut fields = text.split_whitespace();
     let nr = fields.next().and_then(|f| f.parse::<i64>().ok());
     nr == Some(libc::SYS_read) && fields.next() == Some("0x0")
-}
-
-/// Quotes `s` as one shell word in single quotes.
-pub fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        if c == '\'' {
-            out.push_str("'\\''");
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('\'');
-    out
 }
 
 impl Shell {

@@ -36,7 +36,7 @@ pub mod snapshot;
 #[allow(clippy::disallowed_methods)]
 pub mod zsh;
 
-pub use local::{quote, Shell, ShellConfig, ShellKind};
+pub use local::{Shell, ShellConfig, ShellKind};
 pub use session::{Ending, OutputSink, RunEnd, RunError, Session};
 
 /// `N` bytes from the kernel's random source (`getrandom`) as hex: the per-command status

@@ -15,10 +15,11 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
 
-use super::local::{quote, shell_command, ShellConfig};
+use super::local::{shell_command, ShellConfig};
 use super::procs;
 use super::read_loop::{read_loop, Event, Phase, Transport};
 use super::session::{exit_code, Ending, OutputSink, RunEnd, RunError, Session};
+use crate::project::quote;
 
 /// Reads from the output pipe in chunks of this size.
 const READ_CHUNK: usize = 256 * 1024;

@@ -495,7 +495,7 @@ impl Group {
         match &self.inner.cgroup {
             Some(dir) => format!(
                 "printf 0 2>/dev/null >{};",
-                super::local::quote(&dir.join("cgroup.procs").to_string_lossy())
+                crate::project::quote(&dir.join("cgroup.procs").to_string_lossy())
             ),
             None => String::new(),
         }

@@ -356,10 +356,10 @@ async fn bootstrap(
         Encoder::Auto => "auto",
         Encoder::Shell => "sh",
     };
-    let driver = format!("__reader_pl={}\n{DRIVER}", super::local::quote(READER_PL));
+    let driver = format!("__reader_pl={}\n{DRIVER}", crate::project::quote(READER_PL));
     let boot = format!(
         "exec bash --noprofile --norc -c {} agent-bash-remote {nonce} {mark} {encoder}\n",
-        super::local::quote(&driver)
+        crate::project::quote(&driver)
     );
     stdin.write_all(boot.as_bytes()).await.map_err(|e| e.to_string())?;
     stdin.flush().await.map_err(|e| e.to_string())?;

@@ -15,8 +15,9 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-use super::local::{nonce, quote, ShellKind};
+use super::local::{nonce, ShellKind};
 use super::procs;
+use crate::project::quote;
 
 /// The rc gets this long to finish (contract §5).
 pub const CAPTURE_LIMIT: Duration = Duration::from_secs(10);

@@ -28,7 +28,7 @@
 use std::io;
 use std::path::Path;
 
-use super::local::quote;
+use crate::project::quote;
 
 /// The driver's file name: what zsh names in its messages, as `zsh -c` does.
 pub const DRIVER_NAME: &str = "zsh";

@@ -65,7 +65,7 @@ async fn run(rt: &Runtime, origin: Origin, cwd: &Path, command: &str) -> BashRes
 }
 
 pub(super) fn q(p: &Path) -> String {
-    agent_bash::shell::local::quote(p.to_str().unwrap())
+    agent_bash::project::quote(p.to_str().unwrap())
 }
 
 #[tokio::test]
