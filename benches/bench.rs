@@ -571,12 +571,20 @@ struct McpProc {
 }
 
 impl McpProc {
-    /// `nvim`: `off`, or the editor's address to mirror into.
+    /// `nvim`: `off`, or the editor's address to mirror into. Change receipts are off, as for
+    /// [`RpcProc::start`]: the section compares the protocols, not receipts of this checkout
+    /// (the `changes` section measures those).
     fn start(nvim: &str) -> McpProc {
         let state = tempfile::tempdir().unwrap();
         let cfg = state.path().join("c.toml");
-        std::fs::write(&cfg, format!("state_dir = {:?}\n", state.path().to_str().unwrap()))
-            .unwrap();
+        std::fs::write(
+            &cfg,
+            format!(
+                "state_dir = {:?}\n[changes]\nenabled = false\n",
+                state.path().to_str().unwrap()
+            ),
+        )
+        .unwrap();
         let mut child = Command::new(BIN)
             .arg("--log-file")
             .arg(state.path().join("log"))
