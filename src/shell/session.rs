@@ -66,32 +66,17 @@ pub struct RunEnd {
 }
 
 /// Why a run has no [`RunEnd`].
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The local machinery failed (a FIFO, the protocol write): nothing is known of the command.
-    Io(io::Error),
+    #[error(transparent)]
+    Io(#[from] io::Error),
     /// The cwd is not a directory on the remote side (nothing ran); the session lives on.
+    #[error("the working directory does not exist")]
     BadCwd,
     /// The connection to a remote shell was lost: `Remote session lost: <reason>`.
+    #[error("Remote session lost: {0}")]
     Lost(String),
-}
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RunError::Io(e) => e.fmt(f),
-            RunError::BadCwd => f.write_str("the working directory does not exist"),
-            RunError::Lost(why) => write!(f, "Remote session lost: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for RunError {}
-
-impl From<io::Error> for RunError {
-    fn from(e: io::Error) -> Self {
-        RunError::Io(e)
-    }
 }
 
 /// A shell that runs one command at a time.
