@@ -18,10 +18,8 @@
 //! end snapshot saw them).
 
 // Every function of `store` blocks; they are only called under `spawn_blocking`.
-#[allow(clippy::disallowed_methods)]
 pub mod store;
 // The same: only called under `spawn_blocking`.
-#[allow(clippy::disallowed_methods)]
 pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};

@@ -601,7 +601,11 @@ impl Runtime {
         let snapshot = match kind {
             shell::ShellKind::Posix => "none: only bash and zsh rc files are read".to_string(),
             _ => match self.snapshot().await {
-                Some(_) => self.snapshots.report(&shell).unwrap_or_else(|| "taken".into()),
+                Some(_) => {
+                    let (snaps, path) = (self.snapshots.clone(), shell.clone());
+                    let report = tokio::task::spawn_blocking(move || snaps.report(&path));
+                    report.await.ok().flatten().unwrap_or_else(|| "taken".into())
+                }
                 None => "none (no rc, or it failed or took longer than 10 s)".into(),
             },
         };

@@ -30,7 +30,6 @@ pub mod exec;
 pub mod fence;
 pub mod intercept;
 // Opened once at start-up, before the runtime serves anything.
-#[allow(clippy::disallowed_methods)]
 pub mod logfile;
 pub mod mode;
 pub mod normalize;
@@ -38,7 +37,6 @@ pub mod project;
 pub mod pty;
 pub mod rescue;
 // `/proc` reads of the command's processes: kernel tables, not disk.
-#[allow(clippy::disallowed_methods)]
 pub mod resources;
 pub mod result;
 pub mod sanitize;

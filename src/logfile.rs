@@ -16,6 +16,7 @@ use tracing_subscriber::EnvFilter;
 pub const MODE: u32 = 0o600;
 
 /// Opens (creating if needed) the log file for appending, mode 0600.
+#[allow(clippy::disallowed_methods)] // once at start-up, before the runtime serves anything
 pub fn open(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent() {
         crate::shell::rundir::private_dirs(dir)?;

@@ -55,7 +55,6 @@
 pub mod keys;
 pub mod screen;
 // `/proc` reads once a quiet second: kernel tables, not disk.
-#[allow(clippy::disallowed_methods)]
 pub mod waiting;
 
 use std::ffi::OsString;

@@ -96,6 +96,8 @@ struct Cpu {
     sys: u64,
 }
 
+// /proc reads of the command's processes: kernel tables, not disk.
+#[allow(clippy::disallowed_methods)]
 fn cpu_of(pid: i32) -> Option<Cpu> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name: state is field 3; utime, stime, cutime, cstime are 14–17.
@@ -105,6 +107,8 @@ fn cpu_of(pid: i32) -> Option<Cpu> {
     Some(Cpu { user: n(14)? + n(16)?, sys: n(15)? + n(17)? })
 }
 
+// /proc reads of the command's processes: kernel tables, not disk.
+#[allow(clippy::disallowed_methods)]
 fn vm_hwm_kib(pid: i32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -166,6 +170,8 @@ pub struct CpuProbe {
 impl CpuProbe {
     /// The probe of the shell `pid`: its session cgroup when it has one of its own
     /// ([`crate::shell::procs::session_cgroup_of`]), else `/proc/<pid>/stat` at each look.
+    // /proc reads of the command's processes: kernel tables, not disk.
+    #[allow(clippy::disallowed_methods)]
     pub fn of(pid: i32) -> CpuProbe {
         let cgroup = crate::shell::procs::session_cgroup_of(pid).and_then(|dir| {
             let file = std::fs::File::open(dir.join("cpu.stat")).ok()?;

@@ -361,6 +361,8 @@ pub fn user_ignores(bin: &Path, root: &Path, is_git: bool) -> (Option<PathBuf>, 
 /// Brings our `info/exclude` up to date: the project's own `info/exclude`, and the state
 /// directory when it lies inside the project (our store must never snapshot itself).
 /// Writes only when the content changed, and says whether it did.
+// Under spawn_blocking, as every call into the store (changes.rs).
+#[allow(clippy::disallowed_methods)]
 pub fn sync_excludes(
     shadow: &Path,
     project_exclude: Option<&Path>,
@@ -387,6 +389,8 @@ pub fn sync_excludes(
 }
 
 /// Reads the snapshot `git add -A` left in our index.
+// Under spawn_blocking, as every call into the store (changes.rs).
+#[allow(clippy::disallowed_methods)]
 pub fn read_index(shadow: &Path) -> Result<Tree, String> {
     // `git add -A` of an empty tree writes no index: an empty snapshot.
     let data = match std::fs::read(shadow.join("index")) {
@@ -398,12 +402,16 @@ pub fn read_index(shadow: &Path) -> Result<Tree, String> {
 }
 
 /// Removes a lock a killed git left behind (only called while we hold the store's lock).
+// Under spawn_blocking, as every call into the store (changes.rs).
+#[allow(clippy::disallowed_methods)]
 pub fn clear_stale_lock(shadow: &Path) {
     let _ = std::fs::remove_file(shadow.join("index.lock"));
 }
 
 /// Takes the store's lock file (`flock`), shared with other agent-bash processes, polling
 /// until `deadline`. The lock goes with the returned file.
+// Under spawn_blocking, as every call into the store (changes.rs).
+#[allow(clippy::disallowed_methods)]
 pub fn lock(shadow: &Path, deadline: std::time::Instant) -> Result<std::fs::File, String> {
     use std::os::fd::AsRawFd;
     let file = std::fs::OpenOptions::new()

@@ -61,6 +61,7 @@ pub struct Budget {
 }
 
 impl Budget {
+    #[allow(clippy::disallowed_methods)] // one small /proc file, once per backend (`Receipts::new`)
     pub fn of_system() -> Arc<Budget> {
         let read = |name: &str, default: usize| {
             std::fs::read_to_string(format!("/proc/sys/fs/inotify/{name}"))
@@ -157,6 +158,8 @@ impl Watch {
 
     /// Watches `top` (relative) and every directory below it that is not ignored. A directory
     /// that vanishes meanwhile is skipped: its removal is in the queue.
+    // Under spawn_blocking (changes.rs `plan`): lists the project's directories.
+    #[allow(clippy::disallowed_methods)]
     fn add_tree(&mut self, top: &[u8], ignored: &HashSet<Vec<u8>>) -> Result<(), String> {
         let mut stack = vec![top.to_vec()];
         while let Some(rel) = stack.pop() {

@@ -351,7 +351,11 @@ impl ServerHandler for Server {
                 None => String::new(),
             }
         } else if uri.starts_with("artifact://") {
-            crate::artifacts::resolve(Some(self.rt.store()), &uri)
+            // Up to 32 MiB from disk: off the runtime thread.
+            let (store, url) = (self.rt.store().clone(), uri.clone());
+            tokio::task::spawn_blocking(move || crate::artifacts::resolve(Some(&store), &url))
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
                 .map_err(|e| ErrorData::resource_not_found(e.to_string(), None))?
         } else {
             return Err(ErrorData::resource_not_found(format!("Unknown resource: {uri}"), None));

@@ -5,7 +5,6 @@ pub mod explain;
 pub mod frame;
 pub mod mcp;
 // The discovery registry: a few small files read once, when the server starts.
-#[allow(clippy::disallowed_methods)]
 pub mod mirror;
 pub mod nvim;
 pub mod rpc;

@@ -27,6 +27,8 @@ pub const QUIET: Duration = Duration::from_secs(1);
 pub const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// Whether a process of foreground process group `pgrp` is blocked reading a terminal.
+// Under spawn_blocking (pty.rs), once a quiet second: /proc reads.
+#[allow(clippy::disallowed_methods)]
 pub fn group_reads_terminal(pgrp: i32) -> bool {
     if pgrp <= 0 {
         return false;
@@ -43,6 +45,7 @@ pub fn group_reads_terminal(pgrp: i32) -> bool {
 }
 
 /// `/proc/PID/stat` fields after the command name: state, ppid, pgrp, …
+#[allow(clippy::disallowed_methods)] // part of `group_reads_terminal` (under spawn_blocking)
 fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -54,6 +57,7 @@ fn in_group(pid: i32, pgrp: i32) -> bool {
 }
 
 /// Process `pid` sleeps waiting for input from a terminal.
+#[allow(clippy::disallowed_methods)] // part of `group_reads_terminal` (under spawn_blocking)
 fn reads_terminal(pid: i32) -> bool {
     if stat_fields(pid).and_then(|f| f.first().cloned()).as_deref() != Some("S") {
         return false;
@@ -135,6 +139,7 @@ fn is_legacy(_nr: i64, _which: Legacy) -> bool {
 }
 
 /// `len` bytes of `pid`'s memory at `addr` (`None` when unreadable).
+#[allow(clippy::disallowed_methods)] // part of `group_reads_terminal` (under spawn_blocking)
 fn read_mem(pid: i32, addr: u64, len: usize) -> Option<Vec<u8>> {
     use std::os::unix::fs::FileExt;
     if addr == 0 || len == 0 {
@@ -148,6 +153,7 @@ fn read_mem(pid: i32, addr: u64, len: usize) -> Option<Vec<u8>> {
 
 /// Whether epoll descriptor `epfd` of `pid` watches a terminal for input: its fdinfo lists
 /// each target as `tfd: N events: HEX …`.
+#[allow(clippy::disallowed_methods)] // part of `group_reads_terminal` (under spawn_blocking)
 fn epoll_watches_terminal(pid: i32, epfd: i64) -> bool {
     let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")) else {
         return false;

@@ -12,28 +12,24 @@
 //! Both [`crate::exec`] (pipe runs) and [`crate::pty`] (terminal runs) stand on this module; it
 //! imports neither of them.
 
-// The FIFO unlinks in `local` (a metadata-only syscall on the private runtime directory) stay on
-// the runtime thread: that file is the lead's round-trip work, which will revisit them.
-#[allow(clippy::disallowed_methods)]
+// The FIFO work in `local` (mkfifo and unlink on the private runtime directory) stays on the
+// runtime thread: measured cheaper than a spawn_blocking round trip (see `local::open_fifo`);
+// a shell's directory is removed under spawn_blocking.
 pub mod local;
 pub mod oneshot;
 mod read_loop;
 pub mod session;
 // Blocking by contract: the kill ladders poll and sleep, so async callers go through
-// `kill_tree` (spawn_blocking), the PTY path calls them from its own threads, the watchdog is a
+// `Group::kill` and `sweep` (spawn_blocking), the PTY path calls them from its own threads, the watchdog is a
 // process of its own, and `reap_adopted` runs under spawn_blocking. `/proc` reads are kernel
 // tables, not disk.
-#[allow(clippy::disallowed_methods)]
 pub mod procs;
 pub mod remote;
 // Made once at start; the sweep runs in a thread of its own.
-#[allow(clippy::disallowed_methods)]
 pub mod rundir;
 // Capturing the user's rc waits up to 10 s for a shell: only ever called under spawn_blocking.
-#[allow(clippy::disallowed_methods)]
 pub mod snapshot;
 // Writes a command's driver file, in the private runtime directory (a memory file system).
-#[allow(clippy::disallowed_methods)]
 pub mod zsh;
 
 pub use local::{Shell, ShellConfig, ShellKind};

@@ -94,6 +94,7 @@ pub struct ProcInfo {
 }
 
 /// Reads `/proc/<pid>/stat`; `None` when the process is gone.
+#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
 pub fn proc_info(pid: i32) -> Option<ProcInfo> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may itself contain spaces or parentheses: the
@@ -117,6 +118,7 @@ fn alive(pid: i32, start: u64) -> Option<ProcInfo> {
 }
 
 /// Every process currently visible in `/proc`.
+#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
 pub fn all_procs() -> Vec<ProcInfo> {
     let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
@@ -125,6 +127,7 @@ pub fn all_procs() -> Vec<ProcInfo> {
 }
 
 /// True when `/proc/<pid>/environ` contains exactly `entry` (`NAME=value`).
+#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
 fn environ_has(pid: i32, entry: &[u8]) -> bool {
     match fs::read(format!("/proc/{pid}/environ")) {
         Ok(env) => env.split(|&b| b == 0).any(|e| e == entry),
@@ -135,6 +138,7 @@ fn environ_has(pid: i32, entry: &[u8]) -> bool {
 /// Direct children of `pid`, from `/proc/<pid>/task/<tid>/children` (every thread's children:
 /// a multi-threaded parent such as the backend spawns from several threads). `None` when the
 /// kernel does not offer those files (CONFIG_PROC_CHILDREN); an exited process has none.
+#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
 fn children_of(pid: i32) -> Option<Vec<i32>> {
     let tasks = match fs::read_dir(format!("/proc/{pid}/task")) {
         Ok(t) => t,
@@ -278,6 +282,7 @@ pub fn tracking_mode() -> &'static str {
 
 /// The cgroup of `pid` when it is one of our groups' own (a shell session's), so that its
 /// statistics are the session's and nobody else's; `None` on the fallback path.
+#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
 pub fn session_cgroup_of(pid: i32) -> Option<PathBuf> {
     let parent = tracker().cgroup.as_ref()?;
     let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
@@ -294,6 +299,7 @@ pub fn session_cgroup_of(pid: i32) -> Option<PathBuf> {
 }
 
 /// Our own cgroup v2 directory: `/proc/self/cgroup`'s `0::<path>` under the cgroup2 mount.
+#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
 fn own_cgroup_dir() -> Result<PathBuf, String> {
     let text =
         fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
@@ -353,6 +359,7 @@ fn create_parent_cgroup() -> Result<PathBuf, String> {
 }
 
 /// Pids in a cgroup and its descendants.
+#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
 pub fn cgroup_pids(dir: &Path) -> Vec<i32> {
     let mut out: Vec<i32> = fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
@@ -369,6 +376,7 @@ pub fn cgroup_pids(dir: &Path) -> Vec<i32> {
     out
 }
 
+#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
 fn cgroup_populated(dir: &Path) -> bool {
     match fs::read_to_string(dir.join("cgroup.events")) {
         Ok(text) => text.lines().any(|l| l == "populated 1"),
@@ -378,6 +386,8 @@ fn cgroup_populated(dir: &Path) -> bool {
 
 /// SIGKILLs everything in the cgroup and below (atomic against forks) and waits, bounded, until
 /// it is empty.
+// Polls and sleeps: from the kill ladder, the `cgroup-rm` thread and the watchdog.
+#[allow(clippy::disallowed_methods)]
 fn cgroup_kill(dir: &Path, wait: Duration) {
     if !cgroup_populated(dir) {
         return;
@@ -395,6 +405,8 @@ fn cgroup_kill(dir: &Path, wait: Duration) {
 }
 
 /// Removes a cgroup and its children (deepest first); busy ones stay.
+// Cgroupfs (kernel, not disk): from the kill ladder, the `cgroup-rm` thread and the watchdog.
+#[allow(clippy::disallowed_methods)]
 fn remove_cgroup_tree(dir: &Path) {
     if let Ok(entries) = fs::read_dir(dir) {
         for e in entries.flatten() {
@@ -465,6 +477,8 @@ impl Group {
 
     /// Makes the child spawned by `cmd` a subreaper in this group's cgroup (both done between
     /// `fork` and `exec`). Keep the returned fd until the spawn returned.
+    // Opens `cgroup.procs` on cgroupfs (kernel, not disk) at each spawn.
+    #[allow(clippy::disallowed_methods)]
     pub fn prepare(&self, cmd: &mut std::process::Command) -> Option<OwnedFd> {
         use std::os::unix::process::CommandExt;
         let file =
@@ -531,17 +545,19 @@ impl Group {
     /// The kill ladder (see the module docs); returns when nothing of the group is alive.
     /// Blocking: call from a blocking thread.
     pub fn kill_blocking(&self, grace: Duration) {
-        self.inner.kill(grace);
+        self.inner.kill_blocking(grace);
     }
 
     /// [`Group::kill_blocking`] on a blocking thread.
     pub async fn kill(&self, grace: Duration) {
         let inner = self.inner.clone();
-        let _ = tokio::task::spawn_blocking(move || inner.kill(grace)).await;
+        let _ = tokio::task::spawn_blocking(move || inner.kill_blocking(grace)).await;
     }
 }
 
 impl Drop for Group {
+    // Cgroupfs writes (kernel, not disk); the bounded wait goes to the `cgroup-rm` thread.
+    #[allow(clippy::disallowed_methods)]
     fn drop(&mut self) {
         // Normally killed already: then this finds nothing. Otherwise no grace, and the wait for
         // the cgroup to empty (so it can be removed) happens on a thread of its own.
@@ -623,7 +639,9 @@ impl Inner {
         found
     }
 
-    fn kill(&self, grace: Duration) {
+    // The kill ladder polls and sleeps: async callers use `Group::kill` (spawn_blocking).
+    #[allow(clippy::disallowed_methods)]
+    fn kill_blocking(&self, grace: Duration) {
         let deadline = Instant::now() + grace;
         let mut procs = self.members(&[]);
         let mut poll = KILL_POLL_MIN;
@@ -688,6 +706,8 @@ fn adopted_orphans() -> Vec<ProcInfo> {
 
 /// Kills every adopted orphan of the backend and, by a full scan, every process carrying the
 /// `mark` (`NAME=value`): what may be left when the backend shuts down, after its groups.
+// The kill ladder polls and sleeps: async callers use `sweep` (spawn_blocking).
+#[allow(clippy::disallowed_methods)]
 pub fn sweep_blocking(mark: Option<&str>, grace: Duration) {
     let exclude = untouchable();
     let find = |extra: &[i32]| {
@@ -852,6 +872,8 @@ fn report(procs: &[(i32, u64)]) {
 /// `<pid> <start>` lines the backend sends until EOF on stdin, i.e. until the backend exits for
 /// any reason, then kills the backend's cgroup, the trees of the reported processes still alive
 /// and every process carrying the owner's mark, and removes the cgroup directories.
+// The watchdog is a process of its own (`agent-bash __watchdog`).
+#[allow(clippy::disallowed_methods)]
 pub fn run_watchdog(owner: &str, cgroup: Option<&Path>) -> i32 {
     use std::io::BufRead;
     let mut reported: HashMap<i32, u64> = HashMap::new();

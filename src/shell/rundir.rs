@@ -36,6 +36,7 @@ pub fn private_dirs(path: &Path) -> io::Result<()> {
 }
 
 /// Writes `path` (created 0600 whatever the umask, or truncated) with `bytes`.
+#[allow(clippy::disallowed_methods)] // callers run it at start-up or under spawn_blocking
 pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -65,6 +66,7 @@ pub fn make_private(dir: &Path) -> io::Result<()> {
 }
 
 /// Takes group and other bits off `path` and everything under it that we own.
+#[allow(clippy::disallowed_methods)] // part of `make_private`, once at start-up
 pub fn tighten(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     // SAFETY: geteuid cannot fail.
@@ -86,6 +88,9 @@ pub fn tighten(path: &Path) {
 }
 
 /// Writes a new file `path` with mode 0600, whatever the umask.
+// A few small files per shell start, on the runtime directory's memory file system
+// (`runtime_bases`).
+#[allow(clippy::disallowed_methods)]
 pub fn private_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -102,6 +107,7 @@ pub struct RunDir {
 
 impl RunDir {
     /// Makes the directory under `base` (else the temp directory) and takes its lock.
+    #[allow(clippy::disallowed_methods)] // once, at start-up
     pub fn create(base: &Path) -> io::Result<RunDir> {
         use std::os::unix::fs::PermissionsExt;
         let mut builder = tempfile::Builder::new();
@@ -144,6 +150,7 @@ impl RunDir {
 
 /// Removes the directories of `base` that a dead backend of this user left (see the module
 /// doc), except `own`. Returns how many.
+#[allow(clippy::disallowed_methods)] // in a thread of its own (`sweep_in_background`)
 pub fn sweep(base: &Path, own: &Path, stale_after: Duration) -> usize {
     // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
@@ -168,6 +175,7 @@ pub fn sweep(base: &Path, own: &Path, stale_after: Duration) -> usize {
 }
 
 /// Nobody holds the directory's lock (or, without a lock file, none of its shells lives).
+#[allow(clippy::disallowed_methods)] // part of `sweep`, in a thread of its own
 fn abandoned(dir: &Path) -> bool {
     match std::fs::File::open(dir.join(LOCK)) {
         // SAFETY: flock on a descriptor we own; closing it drops the lock at once.

@@ -573,6 +573,8 @@ fn keep_alias(
 }
 
 /// Captures a snapshot synchronously (bounded by [`CAPTURE_LIMIT`]); `None` when the rc failed.
+// Waits up to CAPTURE_LIMIT for a shell: only ever called under spawn_blocking.
+#[allow(clippy::disallowed_methods)]
 pub fn capture(
     shell: &Path,
     env: &[(std::ffi::OsString, std::ffi::OsString)],
@@ -681,6 +683,8 @@ impl Snapshots {
 
     /// What the snapshot of `shell` kept and dropped ([`Report::line`]), once it was taken;
     /// `None` before, or when the rc gave none.
+    // Reads the snapshot file: callers use spawn_blocking (`Runtime::shell_report`).
+    #[allow(clippy::disallowed_methods)]
     pub fn report(&self, shell: &Path) -> Option<String> {
         let path = self.cache.lock().ok()?.get(shell)?.1.clone()?;
         let text = std::fs::read_to_string(path).ok()?;
@@ -708,6 +712,8 @@ impl Snapshots {
         format!("# agent-bash snapshot of {} rc {}\n", shell.display(), times.join(","))
     }
 
+    // Part of `Snapshots::get`, which callers run under spawn_blocking.
+    #[allow(clippy::disallowed_methods)]
     fn load_disk(&self, shell: &Path, stamp: &RcStamp) -> Option<PathBuf> {
         let path = self.disk_path(shell)?;
         let text = std::fs::read_to_string(&path).ok()?;
@@ -715,6 +721,8 @@ impl Snapshots {
     }
 
     /// Writes the snapshot (to the disk cache when there is one, else the runtime dir).
+    // Part of `Snapshots::get`, which callers run under spawn_blocking.
+    #[allow(clippy::disallowed_methods)]
     fn store(&self, shell: &Path, stamp: &RcStamp, dir: &Path, text: &str) -> Option<PathBuf> {
         let body = format!("{}{text}", Self::stamp_line(shell, stamp));
         if let Some(path) = self.disk_path(shell) {
@@ -734,6 +742,8 @@ impl Snapshots {
 }
 
 /// Writes a file readable by the user only (it holds their functions and PATH).
+// Part of `Snapshots::get`, which callers run under spawn_blocking.
+#[allow(clippy::disallowed_methods)]
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;

@@ -46,6 +46,8 @@ pub fn make_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Writes the file `zsh` of `dir` (mode 0600) for `command` (see the module docs).
+// A small file per command, on the runtime directory's memory file system: see `local::open_fifo`.
+#[allow(clippy::disallowed_methods)]
 pub fn write_command(dir: &Path, command: &str) -> io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
