@@ -18,6 +18,7 @@
 //! end snapshot saw them).
 
 // Every function of `store` blocks; they are only called under `spawn_blocking`.
+pub mod error;
 pub mod store;
 // The same: only called under `spawn_blocking`.
 pub mod watch;
@@ -32,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 use tokio::sync::OwnedMutexGuard;
 
+pub use error::ChangesError;
 use store::{Delta, Entry, Git, Tree};
 
 /// Changed paths a result lists; `changes_count` has the total.
@@ -244,6 +246,8 @@ impl std::fmt::Display for UndoError {
     }
 }
 
+impl std::error::Error for UndoError {}
+
 /// A done undo: itself a recorded run (`changes_id`) that can be undone.
 #[derive(Debug, Clone, Serialize)]
 pub struct UndoResult {
@@ -333,7 +337,7 @@ impl Tracker {
         let ignored = match w.absorb(git, &new) {
             Ok(ignored) => ignored,
             Err(e) => {
-                self.restart(git, &e, budget);
+                self.restart(git, &e.to_string(), budget);
                 return Plan::Full;
             }
         };
@@ -360,7 +364,7 @@ impl Tracker {
             Ok(w) => self.watch = Some(w),
             Err(e) => {
                 tracing::info!(root = %git.root.display(), "full snapshots from now on: {e}");
-                self.off = Some(e);
+                self.off = Some(e.to_string());
             }
         }
     }
@@ -490,7 +494,7 @@ impl Receipts {
                 drop(held);
                 Begin::Taken { project, before }
             }
-            Err(reason) => Begin::Unavailable(reason),
+            Err(reason) => Begin::Unavailable(reason.to_string()),
         }
     }
 
@@ -507,7 +511,7 @@ impl Receipts {
                 drop(held);
                 after
             }
-            Err(reason) => return Receipt::Unavailable(reason),
+            Err(reason) => return Receipt::Unavailable(reason.to_string()),
         };
         let deltas = tokio::task::spawn_blocking(move || store::diff(&before, &after))
             .await
@@ -556,20 +560,19 @@ impl Receipts {
     }
 
     /// A file's content before run `id` (`None`: it did not exist). Only paths the run changed.
-    pub async fn before(&self, id: u64, path: &str) -> Result<Option<Vec<u8>>, String> {
-        let rec = self.get(Some(id)).map_err(|e| e.to_string())?;
+    pub async fn before(&self, id: u64, path: &str) -> Result<Option<Vec<u8>>, ChangesError> {
+        let rec = self.get(Some(id))?;
         let delta = rec
             .deltas
             .iter()
             .find(|d| d.path == path.as_bytes())
-            .ok_or_else(|| format!("Run {id} did not change {path}"))?;
+            .ok_or_else(|| ChangesError::NotChanged { id, path: path.to_owned() })?;
         let Some(entry) = delta.before else {
             return Ok(None);
         };
         let git = rec.project.git.clone();
         tokio::task::spawn_blocking(move || store::blobs(&git, &[entry.oid_hex()]))
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .map(|mut b| b.pop())
     }
 
@@ -591,7 +594,7 @@ impl Receipts {
                     .unwrap_or_default();
                 self.report(project, &label, deltas)
             }
-            Err(reason) => Receipt::Unavailable(reason),
+            Err(reason) => Receipt::Unavailable(reason.to_string()),
         };
         let changes = rec.changes();
         let output = format!(
@@ -641,7 +644,10 @@ impl Receipts {
                 String::from_utf8_lossy(&d.path)
             )));
         }
-        let (held, now) = self.snapshot(&rec.project, false).await.map_err(UndoError::Failed)?;
+        let (held, now) = self
+            .snapshot(&rec.project, false)
+            .await
+            .map_err(|e| UndoError::Failed(e.to_string()))?;
         let conflicts: Vec<String> = rec
             .deltas
             .iter()
@@ -657,7 +663,7 @@ impl Receipts {
         let blocked = tokio::task::spawn_blocking(move || links_in_the_way(&root, &deltas))
             .await
             .map_err(|e| UndoError::Failed(e.to_string()))?
-            .map_err(UndoError::Failed)?;
+            .map_err(|e| UndoError::Failed(e.to_string()))?;
         if !blocked.is_empty() {
             return Err(UndoError::Conflict { id: rec.id, paths: blocked.clone(), links: blocked });
         }
@@ -669,7 +675,7 @@ impl Receipts {
         &self,
         project: &Arc<Project>,
         may_defer: bool,
-    ) -> Result<(Held, Arc<Tree>), String> {
+    ) -> Result<(Held, Arc<Tree>), ChangesError> {
         let deadline = Instant::now() + self.settings.budget();
         let held = self.acquire(project, deadline).await?;
         if !held.guard.ready {
@@ -683,7 +689,7 @@ impl Receipts {
         &self,
         project: &Arc<Project>,
         mut held: Held,
-    ) -> Result<(Held, Arc<Tree>), String> {
+    ) -> Result<(Held, Arc<Tree>), ChangesError> {
         let deadline = Instant::now() + self.settings.budget();
         let root = project.git.root.display().to_string();
         let specs = match self.plan(project, &mut held).await {
@@ -703,21 +709,18 @@ impl Receipts {
                 let git = project.git.clone();
                 let _ =
                     tokio::task::spawn_blocking(move || store::clear_stale_lock(&git.shadow)).await;
-                let reason = format!(
-                    "a snapshot of {root} took over {} ms (changes.max_snapshot_ms)",
-                    self.settings.max_snapshot_ms
-                );
-                held.guard.off = Some(reason.clone());
+                let reason = ChangesError::TooSlow { root, ms: self.settings.max_snapshot_ms };
+                held.guard.off = Some(reason.to_string());
                 return Err(reason);
             }
             Err(AddError::Failed(e)) => {
-                held.guard.off = Some(e.clone());
+                held.guard.off = Some(e.to_string());
                 return Err(e);
             }
         }
         let tree = Arc::new(read_tree(&project.git).await?);
         if let Err(reason) = self.within_limits(&root, &tree) {
-            held.guard.off = Some(reason.clone());
+            held.guard.off = Some(reason.to_string());
             return Err(reason);
         }
         held.guard.tracker.taken(&tree);
@@ -739,21 +742,22 @@ impl Receipts {
         plan
     }
 
-    fn within_limits(&self, root: &str, tree: &Tree) -> Result<(), String> {
+    fn within_limits(&self, root: &str, tree: &Tree) -> Result<(), ChangesError> {
         let s = &self.settings;
         if tree.entries.len() as u64 > s.max_files {
-            return Err(format!(
-                "{root} has {} files, over changes.max_files ({})",
-                tree.entries.len(),
-                s.max_files
-            ));
+            return Err(ChangesError::TooManyFiles {
+                root: root.to_owned(),
+                files: tree.entries.len() as u64,
+                max: s.max_files,
+            });
         }
         let bytes = tree.total_bytes();
         if bytes > s.max_bytes {
-            return Err(format!(
-                "{root} holds {bytes} bytes, over changes.max_bytes ({})",
-                s.max_bytes
-            ));
+            return Err(ChangesError::TooManyBytes {
+                root: root.to_owned(),
+                bytes,
+                max: s.max_bytes,
+            });
         }
         Ok(())
     }
@@ -768,7 +772,7 @@ impl Receipts {
         held: Held,
         deadline: Instant,
         may_defer: bool,
-    ) -> Result<(Held, Arc<Tree>), String> {
+    ) -> Result<(Held, Arc<Tree>), ChangesError> {
         let limits = (self.settings.max_files, self.settings.max_bytes, self.settings.watch);
         let budget = self.budget.clone();
         let git = project.git.clone();
@@ -784,41 +788,45 @@ impl Receipts {
                         let _ = task.await;
                         flag.indexing.store(false, Ordering::Release);
                     });
-                    return Err(format!(
-                        "the first snapshot of {} takes over {} ms: it goes on in the background, and receipts start with a later command",
-                        project.git.root.display(),
-                        self.settings.max_snapshot_ms
-                    ));
+                    return Err(ChangesError::FirstDeferred {
+                        root: project.git.root.display().to_string(),
+                        ms: self.settings.max_snapshot_ms,
+                    });
                 }
             }
         } else {
             task.await
         };
         project.indexing.store(false, Ordering::Release);
-        let (held, tree) = done.map_err(|e| e.to_string())?;
+        let (held, tree) = done?;
         Ok((held, tree?))
     }
 
     /// The project's lock (in-process, then the store's lock file), the store created and the
     /// excludes brought up to date.
-    async fn acquire(&self, project: &Arc<Project>, deadline: Instant) -> Result<Held, String> {
+    async fn acquire(
+        &self,
+        project: &Arc<Project>,
+        deadline: Instant,
+    ) -> Result<Held, ChangesError> {
         let root = project.git.root.display().to_string();
         if project.indexing.load(Ordering::Acquire) {
-            return Err(format!("the first snapshot of {root} is still being taken"));
+            return Err(ChangesError::Indexing(root));
         }
-        let busy = || format!("another command was taking a snapshot of {root}");
+        let busy = || ChangesError::Busy(root.clone());
         let mut guard =
             tokio::time::timeout_at(deadline.into(), project.state.clone().lock_owned())
                 .await
                 .map_err(|_| busy())?;
         if let Some(off) = &guard.off {
-            return Err(off.clone());
+            return Err(ChangesError::Off(off.clone()));
         }
         let git = project.git.clone();
         let (init, is_git, exclude) = (guard.init, project.is_git, guard.project_exclude.clone());
         let user_file = guard.excludes_file.clone();
         let own = self.own_dirs.clone();
-        let prepared = tokio::task::spawn_blocking(move || -> Result<_, (String, bool)> {
+        // The error, and whether it turns receipts off for the project.
+        let prepared = tokio::task::spawn_blocking(move || -> Result<_, (ChangesError, bool)> {
             let (mut exclude, mut user_file) = (exclude, user_file);
             if !init {
                 let (excludes_file, info) = store::user_ignores(&git.bin, &git.root, is_git);
@@ -845,8 +853,7 @@ impl Receipts {
             let user_rules = user_file.as_ref().and_then(|f| std::fs::read(f).ok());
             Ok((flock, exclude, user_file, user_rules, rewritten))
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         match prepared {
             Ok((flock, exclude, user_file, user_rules, rewritten)) => {
                 if init && (rewritten || user_rules != guard.excludes_seen) {
@@ -860,7 +867,7 @@ impl Receipts {
             }
             Err((reason, permanent)) => {
                 if permanent {
-                    guard.off = Some(reason.clone());
+                    guard.off = Some(reason.to_string());
                 }
                 Err(reason)
             }
@@ -896,7 +903,7 @@ fn first_line(s: &str) -> &str {
 
 /// The parts of `deltas`' paths that are symbolic links (or files) where a folder belongs,
 /// each named once (blocking).
-fn links_in_the_way(root: &Path, deltas: &[Delta]) -> Result<Vec<String>, String> {
+fn links_in_the_way(root: &Path, deltas: &[Delta]) -> Result<Vec<String>, ChangesError> {
     use std::os::unix::ffi::OsStrExt;
     let beneath = store::Beneath::open(root)?;
     let mut blocked = Vec::new();
@@ -917,7 +924,7 @@ fn links_in_the_way(root: &Path, deltas: &[Delta]) -> Result<Vec<String>, String
 
 /// Writes every path of `deltas` back to its `before` state (blocking), each reached beneath
 /// the root without following links.
-fn restore_all(git: &Git, deltas: &[Delta]) -> Result<(), String> {
+fn restore_all(git: &Git, deltas: &[Delta]) -> Result<(), ChangesError> {
     use std::os::unix::ffi::OsStrExt;
     let wanted: Vec<String> = deltas.iter().filter_map(|d| d.before.map(|e| e.oid_hex())).collect();
     let mut contents = store::blobs(git, &wanted)?.into_iter();
@@ -927,7 +934,7 @@ fn restore_all(git: &Git, deltas: &[Delta]) -> Result<(), String> {
         match &d.before {
             None => beneath.restore(path, None)?,
             Some(entry) => {
-                let content = contents.next().ok_or("missing saved content")?;
+                let content = contents.next().ok_or(ChangesError::ContentMissing)?;
                 beneath.restore(path, Some((entry, &content)))?;
             }
         }
@@ -938,7 +945,7 @@ fn restore_all(git: &Git, deltas: &[Delta]) -> Result<(), String> {
 enum AddError {
     /// Still running at the deadline (the caller kills it).
     Slow(Slow),
-    Failed(String),
+    Failed(ChangesError),
 }
 
 /// A `git add` still running at its deadline.
@@ -978,7 +985,9 @@ async fn add_all(
     let mut cmd = tokio::process::Command::from(cmd);
     // Owned: the backend's reaper of adopted orphans must not take its exit status.
     let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
-        .map_err(|e| AddError::Failed(format!("cannot run {}: {e}", git.bin.display())))?;
+        .map_err(|source| {
+            AddError::Failed(ChangesError::RunProgram { bin: git.bin.clone(), source })
+        })?;
     let pid = child.id().map_or(0, |p| p as i32);
     let mut stderr = child.stderr.take();
     let read_err = async move {
@@ -1001,12 +1010,11 @@ async fn add_all(
         Ok((status, err)) => {
             let err = String::from_utf8_lossy(&err);
             let err = err.trim();
-            Err(AddError::Failed(format!(
-                "a snapshot of {} failed ({}): {}",
-                git.root.display(),
-                status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
-                if err.is_empty() { "no message" } else { err }
-            )))
+            Err(AddError::Failed(ChangesError::AddFailed {
+                root: git.root.display().to_string(),
+                status: status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+                message: if err.is_empty() { "no message" } else { err }.to_owned(),
+            }))
         }
         Err(_) => Err(AddError::Slow(Slow { child, pid })),
     }
@@ -1019,7 +1027,7 @@ async fn first_snapshot(
     mut held: Held,
     (max_files, max_bytes, watch): (u64, u64, bool),
     budget: Arc<watch::Budget>,
-) -> (Held, Result<Arc<Tree>, String>) {
+) -> (Held, Result<Arc<Tree>, ChangesError>) {
     let root = git.root.display().to_string();
     let end = Instant::now() + FIRST_SNAPSHOT_MAX;
     let result = async {
@@ -1030,14 +1038,10 @@ async fn first_snapshot(
         if !has_index {
             let (files, bytes) = count_files(&git, end).await?;
             if files > max_files {
-                return Err(format!(
-                    "{root} has {files} files, over changes.max_files ({max_files})"
-                ));
+                return Err(ChangesError::TooManyFiles { root, files, max: max_files });
             }
             if bytes > max_bytes {
-                return Err(format!(
-                    "{root} holds {bytes} bytes, over changes.max_bytes ({max_bytes})"
-                ));
+                return Err(ChangesError::TooManyBytes { root, bytes, max: max_bytes });
             }
         }
         // The watch starts before the snapshot: what changes after it is in its queue.
@@ -1056,24 +1060,20 @@ async fn first_snapshot(
                 slow.kill().await;
                 let shadow = git.shadow.clone();
                 let _ = tokio::task::spawn_blocking(move || store::clear_stale_lock(&shadow)).await;
-                return Err(format!(
-                    "the first snapshot of {root} took over {} s",
-                    FIRST_SNAPSHOT_MAX.as_secs()
-                ));
+                return Err(ChangesError::FirstTooSlow {
+                    root,
+                    secs: FIRST_SNAPSHOT_MAX.as_secs(),
+                });
             }
         }
         let tree = read_tree(&git).await?;
         let bytes = tree.total_bytes();
         if tree.entries.len() as u64 > max_files {
-            return Err(format!(
-                "{root} has {} files, over changes.max_files ({max_files})",
-                tree.entries.len()
-            ));
+            let files = tree.entries.len() as u64;
+            return Err(ChangesError::TooManyFiles { root, files, max: max_files });
         }
         if bytes > max_bytes {
-            return Err(format!(
-                "{root} holds {bytes} bytes, over changes.max_bytes ({max_bytes})"
-            ));
+            return Err(ChangesError::TooManyBytes { root, bytes, max: max_bytes });
         }
         Ok(Arc::new(tree))
     }
@@ -1083,21 +1083,19 @@ async fn first_snapshot(
             held.guard.ready = true;
             held.guard.tracker.taken(tree);
         }
-        Err(e) => held.guard.off = Some(e.clone()),
+        Err(e) => held.guard.off = Some(e.to_string()),
     }
     (held, result)
 }
 
-async fn read_tree(git: &Git) -> Result<Tree, String> {
+async fn read_tree(git: &Git) -> Result<Tree, ChangesError> {
     let shadow = git.shadow.clone();
-    tokio::task::spawn_blocking(move || store::read_index(&shadow))
-        .await
-        .map_err(|e| e.to_string())?
+    tokio::task::spawn_blocking(move || store::read_index(&shadow)).await?
 }
 
 /// How many non-ignored files the project has and their bytes, without hashing any
 /// (`git ls-files --others --exclude-standard`), for the limits before a first snapshot.
-async fn count_files(git: &Git, deadline: Instant) -> Result<(u64, u64), String> {
+async fn count_files(git: &Git, deadline: Instant) -> Result<(u64, u64), ChangesError> {
     let mut cmd = git.command();
     cmd.args(["ls-files", "-z", "--others", "--cached", "--exclude-standard"])
         .stdout(std::process::Stdio::piped())
@@ -1105,15 +1103,16 @@ async fn count_files(git: &Git, deadline: Instant) -> Result<(u64, u64), String>
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
-        .map_err(|e| format!("cannot run {}: {e}", git.bin.display()))?;
+        .map_err(|source| ChangesError::RunProgram { bin: git.bin.clone(), source })?;
     let pid = child.id().map_or(0, |p| p as i32);
     let out = tokio::time::timeout_at(deadline.into(), child.wait_with_output()).await;
     crate::shell::procs::disown_child(pid);
+    let root = || git.root.display().to_string();
     let out = out
-        .map_err(|_| format!("listing the files of {} took too long", git.root.display()))?
-        .map_err(|e| format!("cannot run {}: {e}", git.bin.display()))?;
+        .map_err(|_| ChangesError::ListTooSlow(root()))?
+        .map_err(|source| ChangesError::RunProgram { bin: git.bin.clone(), source })?;
     if !out.status.success() {
-        return Err(format!("cannot list the files of {}", git.root.display()));
+        return Err(ChangesError::ListFailed(root()));
     }
     let root = git.root.clone();
     tokio::task::spawn_blocking(move || {
@@ -1130,7 +1129,7 @@ async fn count_files(git: &Git, deadline: Instant) -> Result<(u64, u64), String>
         (files, bytes)
     })
     .await
-    .map_err(|e| e.to_string())
+    .map_err(ChangesError::from)
 }
 
 #[cfg(test)]

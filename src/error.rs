@@ -23,6 +23,28 @@ pub enum Error {
     /// Bad input from a caller (flags, RPC parameters, settings).
     #[error("{0}")]
     InvalidInput(String),
+    /// contract §9: a request field of the wrong type (`got` is the value as JSON).
+    #[error("\"{key}\" must be {want}, got {got}")]
+    ParamType { key: String, want: &'static str, got: String },
+    /// contract §9: a request field of the wrong shape.
+    #[error("\"{key}\" must be {want}")]
+    ParamShape { key: &'static str, want: &'static str },
+    /// contract §9: a required request field is absent.
+    #[error("missing \"{0}\"")]
+    ParamMissing(&'static str),
+    /// contract §9: text that is not UTF-8 under this key (a command is never guessed at).
+    #[error("\"{0}\" is not valid UTF-8")]
+    ParamNotUtf8(String),
+    /// contract §9: an editor call's parameters that are not a table (the kind it was).
+    #[error("expected a table of parameters, got {0}")]
+    ParamsNotTable(&'static str),
+    /// contract §9: a request type the JSON-lines RPC does not know.
+    #[error("Unknown command: {0}")]
+    UnknownCommand(String),
+    /// contract §9: `abort_tool_call` of an id that is not running.
+    #[error("No running tool call with that id")]
+    NoToolCall,
+
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

@@ -218,10 +218,21 @@ pub fn looks_denied(text: &str) -> bool {
         .any(|w| text.contains(w))
 }
 
+/// Why the kernel offers no Landlock ([`kernel_abi`]).
+#[derive(Debug, thiserror::Error)]
+pub enum NoLandlock {
+    /// Turned off for this process by [`NO_LANDLOCK_VAR`].
+    #[error("{}=1", NO_LANDLOCK_VAR)]
+    Disabled,
+    /// The kernel refused the ABI query (no Landlock, or not enabled at boot).
+    #[error(transparent)]
+    Kernel(io::Error),
+}
+
 /// The kernel's Landlock ABI version, or why there is none.
-pub fn kernel_abi() -> Result<i64, String> {
+pub fn kernel_abi() -> Result<i64, NoLandlock> {
     if std::env::var_os(NO_LANDLOCK_VAR).is_some_and(|v| v == "1") {
-        return Err(format!("{NO_LANDLOCK_VAR}=1"));
+        return Err(NoLandlock::Disabled);
     }
     // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a null attribute only queries the ABI.
     let abi = unsafe {
@@ -235,7 +246,7 @@ pub fn kernel_abi() -> Result<i64, String> {
     if abi > 0 {
         Ok(abi)
     } else {
-        Err(io::Error::last_os_error().to_string())
+        Err(NoLandlock::Kernel(io::Error::last_os_error()))
     }
 }
 

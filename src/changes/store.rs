@@ -24,6 +24,8 @@ use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
+
+use super::ChangesError;
 use std::process::{Command, Stdio};
 
 /// One file as a snapshot saw it: git mode (`0o100644`, `0o100755`, `0o120000` for a symlink,
@@ -116,19 +118,19 @@ pub fn diff(a: &Tree, b: &Tree) -> Vec<Delta> {
 }
 
 /// Reads the entries of a git index file (versions 2, 3 and 4, SHA-1), stage 0 only.
-pub fn parse_index(data: &[u8]) -> Result<Vec<(Vec<u8>, Entry)>, String> {
-    let bad = |what: &str| format!("unreadable index: {what}");
+pub fn parse_index(data: &[u8]) -> Result<Vec<(Vec<u8>, Entry)>, ChangesError> {
+    let bad = ChangesError::Index;
     if data.len() < 12 || &data[..4] != b"DIRC" {
         return Err(bad("no DIRC header"));
     }
-    let be32 = |at: usize| -> Result<u32, String> {
+    let be32 = |at: usize| -> Result<u32, ChangesError> {
         data.get(at..at + 4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
             .ok_or_else(|| bad("entry cut short"))
     };
     let version = be32(4)?;
     if !(2..=4).contains(&version) {
-        return Err(bad(&format!("version {version}")));
+        return Err(ChangesError::IndexVersion(version));
     }
     let count = be32(8)? as usize;
     let mut entries = Vec::with_capacity(count.min(1 << 20));
@@ -274,24 +276,27 @@ pub fn output_owned(mut cmd: Command) -> std::io::Result<std::process::Output> {
 /// Runs `cmd` with `input` on its stdin (written from a thread of its own, so a full output
 /// pipe cannot block the writer) and returns its output. The child is owned, as in
 /// [`output_owned`].
-pub fn output_with_input(mut cmd: Command, input: Vec<u8>) -> Result<std::process::Output, String> {
+pub fn output_with_input(
+    mut cmd: Command,
+    input: Vec<u8>,
+) -> Result<std::process::Output, ChangesError> {
     cmd.stdin(Stdio::piped());
     let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| Some(c.id() as i32))
-        .map_err(|e| format!("cannot run git: {e}"))?;
+        .map_err(ChangesError::RunGit)?;
     let pid = child.id() as i32;
-    let mut stdin = child.stdin.take().ok_or("git: no stdin")?;
+    let mut stdin = child.stdin.take().ok_or(ChangesError::GitStdin)?;
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(&input);
     });
     let out = child.wait_with_output();
     crate::shell::procs::disown_child(pid);
     let _ = writer.join();
-    out.map_err(|e| format!("git: {e}"))
+    out.map_err(ChangesError::GitWait)
 }
 
 /// Creates the shadow store when missing: a bare repository with our config and attributes.
 /// `excludes_file` is the user's `core.excludesFile`, when set.
-pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
+pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), ChangesError> {
     let shadow = &git.shadow;
     if shadow.join("config").is_file() && shadow.join("objects").is_dir() {
         return Ok(());
@@ -301,7 +306,7 @@ pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
     private_dirs(&shadow.join("info"))
         .and_then(|()| private_dirs(&shadow.join("objects")))
         .and_then(|()| private_dirs(&shadow.join("refs")))
-        .map_err(|e| format!("cannot create {}: {e}", shadow.display()))?;
+        .map_err(|source| ChangesError::File { what: "create", path: shadow.clone(), source })?;
     let mut config = String::from(
         "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfilemode = true\n\
          \tsymlinks = true\n\tignorecase = false\n\tautocrlf = false\n\tsafecrlf = false\n\
@@ -325,7 +330,7 @@ pub fn init(git: &Git, excludes_file: Option<&Path>) -> Result<(), String> {
         .and_then(|()| write_private(&shadow.join("root"), git.root.as_os_str().as_encoded_bytes()))
         // Written last: its presence says the store is complete.
         .and_then(|()| write_private(&shadow.join("config"), config.as_bytes()))
-        .map_err(|e| format!("cannot write {}: {e}", shadow.display()))
+        .map_err(|source| ChangesError::File { what: "write", path: shadow.clone(), source })
 }
 
 /// The user's ignore settings of a project, read once with the user's own git: their
@@ -367,7 +372,7 @@ pub fn sync_excludes(
     shadow: &Path,
     project_exclude: Option<&Path>,
     extra: &[String],
-) -> Result<bool, String> {
+) -> Result<bool, ChangesError> {
     let mut want = Vec::new();
     if let Some(p) = project_exclude {
         if let Ok(bytes) = std::fs::read(p) {
@@ -385,18 +390,18 @@ pub fn sync_excludes(
     }
     crate::shell::rundir::write_private(&path, &want)
         .map(|()| true)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|source| ChangesError::File { what: "write", path, source })
 }
 
 /// Reads the snapshot `git add -A` left in our index.
 // Under spawn_blocking, as every call into the store (changes.rs).
 #[allow(clippy::disallowed_methods)]
-pub fn read_index(shadow: &Path) -> Result<Tree, String> {
+pub fn read_index(shadow: &Path) -> Result<Tree, ChangesError> {
     // `git add -A` of an empty tree writes no index: an empty snapshot.
     let data = match std::fs::read(shadow.join("index")) {
         Ok(data) => data,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Tree::default()),
-        Err(e) => return Err(format!("cannot read index: {e}")),
+        Err(e) => return Err(ChangesError::ReadIndex(e)),
     };
     Ok(Tree { entries: parse_index(&data)? })
 }
@@ -412,7 +417,7 @@ pub fn clear_stale_lock(shadow: &Path) {
 /// until `deadline`. The lock goes with the returned file.
 // Under spawn_blocking, as every call into the store (changes.rs).
 #[allow(clippy::disallowed_methods)]
-pub fn lock(shadow: &Path, deadline: std::time::Instant) -> Result<std::fs::File, String> {
+pub fn lock(shadow: &Path, deadline: std::time::Instant) -> Result<std::fs::File, ChangesError> {
     use std::os::fd::AsRawFd;
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -420,14 +425,18 @@ pub fn lock(shadow: &Path, deadline: std::time::Instant) -> Result<std::fs::File
         .write(true)
         .mode(0o600)
         .open(shadow.join("agent-bash.lock"))
-        .map_err(|e| format!("cannot open the lock of {}: {e}", shadow.display()))?;
+        .map_err(|source| ChangesError::File {
+            what: "open the lock of",
+            path: shadow.to_path_buf(),
+            source,
+        })?;
     loop {
         // SAFETY: flock on a file descriptor we own.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
             return Ok(file);
         }
         if std::time::Instant::now() >= deadline {
-            return Err("another process was taking a snapshot of this project".into());
+            return Err(ChangesError::LockedElsewhere);
         }
         #[allow(clippy::disallowed_methods)]
         // under spawn_blocking; a lock held by another process
@@ -436,7 +445,7 @@ pub fn lock(shadow: &Path, deadline: std::time::Instant) -> Result<std::fs::File
 }
 
 /// The content of blobs, by id (`git cat-file --batch`), in the order asked.
-pub fn blobs(git: &Git, oids: &[String]) -> Result<Vec<Vec<u8>>, String> {
+pub fn blobs(git: &Git, oids: &[String]) -> Result<Vec<Vec<u8>>, ChangesError> {
     if oids.is_empty() {
         return Ok(Vec::new());
     }
@@ -447,22 +456,22 @@ pub fn blobs(git: &Git, oids: &[String]) -> Result<Vec<Vec<u8>>, String> {
         input.push_str(oid);
         input.push('\n');
     }
-    let out =
-        output_with_input(cmd, input.into_bytes()).map_err(|e| format!("git cat-file: {e}"))?;
+    let out = output_with_input(cmd, input.into_bytes())
+        .map_err(|e| ChangesError::CatFile(Box::new(e)))?;
     let data = out.stdout;
     let mut blobs = Vec::with_capacity(oids.len());
     let mut at = 0;
     for oid in oids {
-        let nl = memchr::memchr(b'\n', &data[at..]).ok_or("git cat-file: output cut short")?;
+        let nl = memchr::memchr(b'\n', &data[at..]).ok_or(ChangesError::CatFileShort)?;
         let header = String::from_utf8_lossy(&data[at..at + nl]).into_owned();
         at += nl + 1;
         let mut words = header.split(' ');
         let (_, kind, size) = (words.next(), words.next(), words.next());
         if kind != Some("blob") {
-            return Err(format!("the saved content {oid} is missing from the store ({header})"));
+            return Err(ChangesError::BlobMissing { oid: oid.clone(), header });
         }
-        let size: usize = size.and_then(|s| s.parse().ok()).ok_or("git cat-file: bad size")?;
-        let body = data.get(at..at + size).ok_or("git cat-file: output cut short")?;
+        let size: usize = size.and_then(|s| s.parse().ok()).ok_or(ChangesError::CatFileSize)?;
+        let body = data.get(at..at + size).ok_or(ChangesError::CatFileShort)?;
         blobs.push(body.to_vec());
         at += size + 1;
     }
@@ -470,11 +479,11 @@ pub fn blobs(git: &Git, oids: &[String]) -> Result<Vec<Vec<u8>>, String> {
 }
 
 /// Why a path of the project cannot be reached beneath its root without following a link.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Reach {
     /// This part of the path (relative to the root) is a symbolic link or not a folder.
     Blocked(PathBuf),
-    Failed(String),
+    Failed(ChangesError),
 }
 
 /// The project root, opened once: every path of an undo is resolved beneath it, one component
@@ -501,14 +510,18 @@ const DIR_FLAGS: OFlags =
     OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
 
 impl Beneath {
-    pub fn open(root: &Path) -> Result<Beneath, String> {
+    pub fn open(root: &Path) -> Result<Beneath, ChangesError> {
         // The root itself is the user's choice (it may be reached through a link).
         let root = rustix::fs::open(
             root,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| format!("cannot open {}: {e}", root.display()))?;
+        .map_err(|errno| ChangesError::Beneath {
+            what: "cannot open",
+            path: root.into(),
+            errno,
+        })?;
         Ok(Beneath { root })
     }
 
@@ -524,7 +537,7 @@ impl Beneath {
         }
         let Some(last) = names.pop() else { return Err(Reach::Blocked(rel.to_path_buf())) };
         let root = rustix::fs::openat(&self.root, ".", DIR_FLAGS, Mode::empty())
-            .map_err(|e| Reach::Failed(format!("cannot open the project: {e}")))?;
+            .map_err(|e| Reach::Failed(ChangesError::OpenProject(e)))?;
         let mut parents = Parents { dirs: vec![root], names: Vec::new() };
         let mut so_far = PathBuf::new();
         for name in names {
@@ -534,11 +547,12 @@ impl Beneath {
                 Err(Errno::NOENT) if create => {
                     match rustix::fs::mkdirat(dir, &name, Mode::from_raw_mode(0o777)) {
                         Ok(()) | Err(Errno::EXIST) => {}
-                        Err(e) => {
-                            return Err(Reach::Failed(format!(
-                                "cannot create the folder {}: {e}",
-                                so_far.display()
-                            )))
+                        Err(errno) => {
+                            return Err(Reach::Failed(ChangesError::Beneath {
+                                what: "cannot create the folder",
+                                path: so_far,
+                                errno,
+                            }))
                         }
                     }
                     rustix::fs::openat(dir, &name, DIR_FLAGS, Mode::empty())
@@ -552,8 +566,12 @@ impl Beneath {
                 }
                 Err(Errno::NOENT) => return Ok(None),
                 Err(Errno::NOTDIR | Errno::LOOP) => return Err(Reach::Blocked(so_far)),
-                Err(e) => {
-                    return Err(Reach::Failed(format!("cannot open {}: {e}", so_far.display())))
+                Err(errno) => {
+                    return Err(Reach::Failed(ChangesError::Beneath {
+                        what: "cannot open",
+                        path: so_far,
+                        errno,
+                    }))
                 }
             }
         }
@@ -568,13 +586,15 @@ impl Beneath {
 
     /// Puts one path back to `entry` (its content and mode), or removes it when `entry` is
     /// `None`. Folders left empty by a removal are removed up to the root.
-    pub fn restore(&self, rel: &Path, entry: Option<(&Entry, &[u8])>) -> Result<(), String> {
-        let fail = |what: &str, e: Errno| format!("{what} {}: {e}", rel.display());
+    pub fn restore(&self, rel: &Path, entry: Option<(&Entry, &[u8])>) -> Result<(), ChangesError> {
+        let fail = |what: &'static str, errno: Errno| ChangesError::Beneath {
+            what,
+            path: rel.to_path_buf(),
+            errno,
+        };
         let reach = |r: Reach| match r {
-            Reach::Blocked(p) => {
-                format!("{} is a symbolic link or not a folder: not written through", p.display())
-            }
-            Reach::Failed(m) => m,
+            Reach::Blocked(p) => ChangesError::Blocked(p),
+            Reach::Failed(e) => e,
         };
         match entry {
             None => {
@@ -601,7 +621,7 @@ impl Beneath {
                 let (parents, name) = self
                     .walk(rel, true)
                     .map_err(reach)?
-                    .ok_or_else(|| format!("cannot create the folder of {}", rel.display()))?;
+                    .ok_or_else(|| ChangesError::NoFolder(rel.to_path_buf()))?;
                 let dir = parents.parent();
                 let existing = rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW).ok();
                 let is_link = existing
@@ -633,8 +653,11 @@ impl Beneath {
                 )
                 .map_err(|e| fail("cannot write", e))?;
                 let mut file = std::fs::File::from(file);
-                file.write_all(content)
-                    .map_err(|e| format!("cannot write {}: {e}", rel.display()))?;
+                file.write_all(content).map_err(|source| ChangesError::File {
+                    what: "write",
+                    path: rel.to_path_buf(),
+                    source,
+                })?;
                 let st = rustix::fs::fstat(&file).map_err(|e| fail("cannot read", e))?;
                 let mut mode = st.st_mode & 0o7777;
                 if entry.mode == 0o100755 {

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
 use super::store::{Git, Tree};
+use super::ChangesError;
 
 /// The most directories one project's watch covers; a larger tree gets full snapshots.
 pub const MAX_DIRS: usize = 50_000;
@@ -138,15 +139,15 @@ fn within(path: &[u8], dir: &[u8]) -> bool {
 
 impl Watch {
     /// Watches every directory of the project that git does not ignore.
-    pub fn start(git: &Git, budget: &Arc<Budget>) -> Result<Watch, String> {
+    pub fn start(git: &Git, budget: &Arc<Budget>) -> Result<Watch, ChangesError> {
         if !Budget::take(&budget.watches) {
-            return Err("this backend watches as many projects as it may".into());
+            return Err(ChangesError::WatchesTaken);
         }
         let ino = match Inotify::init() {
             Ok(ino) => ino,
             Err(e) => {
                 budget.watches.fetch_add(1, Ordering::AcqRel);
-                return Err(format!("inotify is unavailable: {e}"));
+                return Err(ChangesError::NoInotify(e));
             }
         };
         let mut watch =
@@ -160,16 +161,12 @@ impl Watch {
     /// that vanishes meanwhile is skipped: its removal is in the queue.
     // Under spawn_blocking (changes.rs `plan`): lists the project's directories.
     #[allow(clippy::disallowed_methods)]
-    fn add_tree(&mut self, top: &[u8], ignored: &HashSet<Vec<u8>>) -> Result<(), String> {
+    fn add_tree(&mut self, top: &[u8], ignored: &HashSet<Vec<u8>>) -> Result<(), ChangesError> {
         let mut stack = vec![top.to_vec()];
         while let Some(rel) = stack.pop() {
             let full = self.root.join(OsStr::from_bytes(&rel));
             if !Budget::take(&self.budget.dirs) {
-                return Err(format!(
-                    "watching its folders would take over a quarter of the system's inotify \
-                     watches (fs.inotify.max_user_watches = {})",
-                    self.budget.limit
-                ));
+                return Err(ChangesError::WatchBudget(self.budget.limit));
             }
             match self.ino.watches().add(&full, mask()) {
                 Ok(wd) => {
@@ -181,21 +178,18 @@ impl Watch {
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                     self.budget.dirs.fetch_add(1, Ordering::AcqRel);
-                    return Err(
-                        "the system's inotify watch limit is reached (fs.inotify.max_user_watches)"
-                            .into(),
-                    );
+                    return Err(ChangesError::WatchLimit);
                 }
                 Err(e) => {
                     self.budget.dirs.fetch_add(1, Ordering::AcqRel);
                     if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) {
                         continue;
                     }
-                    return Err(format!("cannot watch {}: {e}", full.display()));
+                    return Err(ChangesError::File { what: "watch", path: full, source: e });
                 }
             }
             if self.dirs.len() > MAX_DIRS {
-                return Err(format!("the project has over {MAX_DIRS} directories"));
+                return Err(ChangesError::TooManyDirs(MAX_DIRS));
             }
             let Ok(entries) = std::fs::read_dir(&full) else { continue };
             for entry in entries.flatten() {
@@ -297,7 +291,7 @@ impl Watch {
         &mut self,
         git: &Git,
         new: &BTreeSet<Vec<u8>>,
-    ) -> Result<HashSet<Vec<u8>>, String> {
+    ) -> Result<HashSet<Vec<u8>>, ChangesError> {
         let present: Vec<Vec<u8>> =
             new.iter().filter(|d| self.root.join(OsStr::from_bytes(d)).is_dir()).cloned().collect();
         if present.is_empty() {
@@ -361,7 +355,7 @@ fn spec(dir: &[u8], tail: &[u8]) -> OsString {
 /// nothing but ignored files (`ls-files --others --ignored --directory`), within `under`
 /// (the whole project when empty). `git check-ignore` tells a directory a rule ignores from
 /// one whose files merely all happen to be ignored (which must stay watched).
-pub fn ignored_dirs(git: &Git, under: &[Vec<u8>]) -> Result<HashSet<Vec<u8>>, String> {
+pub fn ignored_dirs(git: &Git, under: &[Vec<u8>]) -> Result<HashSet<Vec<u8>>, ChangesError> {
     let mut cmd = git.command();
     cmd.args(["ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"]);
     if !under.is_empty() {
@@ -369,9 +363,9 @@ pub fn ignored_dirs(git: &Git, under: &[Vec<u8>]) -> Result<HashSet<Vec<u8>>, St
         cmd.args(under.iter().map(|d| OsStr::from_bytes(d)));
     }
     cmd.stdout(Stdio::piped()).stderr(Stdio::null());
-    let out = super::store::output_owned(cmd).map_err(|e| format!("cannot run git: {e}"))?;
+    let out = super::store::output_owned(cmd).map_err(ChangesError::RunGit)?;
     if !out.status.success() {
-        return Err(format!("cannot list the ignored folders of {}", git.root.display()));
+        return Err(ChangesError::ListIgnored(git.root.display().to_string()));
     }
     let candidates: Vec<&[u8]> = out
         .stdout
@@ -396,7 +390,7 @@ pub fn ignored_dirs(git: &Git, under: &[Vec<u8>]) -> Result<HashSet<Vec<u8>>, St
     let out = super::store::output_with_input(cmd, input)?;
     // 1: none of them is ignored.
     if !matches!(out.status.code(), Some(0 | 1)) {
-        return Err(format!("cannot check the ignore rules of {}", git.root.display()));
+        return Err(ChangesError::CheckIgnore(git.root.display().to_string()));
     }
     Ok(out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()).map(<[u8]>::to_vec).collect())
 }
@@ -461,7 +455,7 @@ mod budget_tests {
         let (_d, git) = project(4);
         // The root and 4 folders: 5 watches.
         let budget = Budget::new(4, 2, 16);
-        let err = Watch::start(&git, &budget).unwrap_err();
+        let err = Watch::start(&git, &budget).unwrap_err().to_string();
         assert!(err.contains("fs.inotify.max_user_watches = 16"), "{err}");
         assert_eq!(budget.dirs.load(Ordering::Acquire), 4, "a failed start gives everything back");
         assert_eq!(budget.watches.load(Ordering::Acquire), 2);
@@ -469,7 +463,7 @@ mod budget_tests {
         let budget = Budget::new(10, 1, 40);
         let w = Watch::start(&git, &budget).unwrap();
         assert_eq!(budget.dirs.load(Ordering::Acquire), 5);
-        let err = Watch::start(&git, &budget).unwrap_err();
+        let err = Watch::start(&git, &budget).unwrap_err().to_string();
         assert!(err.contains("as many projects"), "{err}");
         drop(w);
         assert_eq!(budget.dirs.load(Ordering::Acquire), 10);

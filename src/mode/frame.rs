@@ -32,6 +32,41 @@ struct Walk {
     header: Option<(u8, Vec<u8>)>,
 }
 
+/// Why a message was replaced: the text of the replacement's one parameter.
+#[derive(Debug, thiserror::Error)]
+pub enum Malformed {
+    #[error("invalid msgpack byte 0xc1")]
+    InvalidByte,
+    #[error("msgpack nested deeper than {} levels", MAX_DEPTH)]
+    TooDeep,
+    #[error("message of {0} bytes exceeds the {max}-byte limit", max = MAX_MESSAGE)]
+    TooLong(usize),
+    #[error("undecodable msgpack: {0}")]
+    Undecodable(rmpv::decode::Error),
+    #[error("an RPC message is an array, got {0}")]
+    NotArray(&'static str),
+    #[error("request without a valid message id")]
+    NoRequestId,
+    #[error("request has {0} elements, expected 4")]
+    RequestLength(usize),
+    #[error("malformed response")]
+    Response,
+    #[error("notification has {0} elements, expected 3")]
+    NotificationLength(usize),
+    #[error("unknown RPC message type")]
+    UnknownType,
+    #[error("method name is not valid UTF-8")]
+    MethodNotUtf8,
+    #[error("method name must be a string, got {0}")]
+    MethodNotString(&'static str),
+    #[error("method name missing")]
+    MethodMissing,
+    #[error("parameters must be an array, got {0}")]
+    ParamsNotArray(&'static str),
+    #[error("parameters missing")]
+    ParamsMissing,
+}
+
 /// What the framer made of the input so far.
 #[derive(Debug, PartialEq)]
 pub enum Frame {
@@ -85,6 +120,7 @@ impl Framer {
                     self.reset();
                     if !self.garbage {
                         self.garbage = true;
+                        let reason = reason.to_string();
                         frames.push(Frame::Replaced(notification(&reason), reason));
                     }
                 }
@@ -116,9 +152,7 @@ impl Framer {
     fn finish(&mut self) -> Frame {
         self.garbage = false;
         let frame = if self.len > MAX_MESSAGE {
-            let reason =
-                format!("message of {} bytes exceeds the {MAX_MESSAGE}-byte limit", self.len);
-            replacement(sniff_request_id(&self.head), reason)
+            replacement(sniff_request_id(&self.head), Malformed::TooLong(self.len))
         } else {
             check(std::mem::take(&mut self.buf))
         };
@@ -180,7 +214,7 @@ impl Framer {
                     self.walk.header = Some((marker, Vec::with_capacity(4)));
                     Ok(false)
                 }
-                0xc1 => Err("invalid msgpack byte 0xc1".to_owned()),
+                0xc1 => Err(Malformed::InvalidByte),
             };
             match done {
                 Ok(true) => return Step::End,
@@ -192,7 +226,7 @@ impl Framer {
     }
 
     /// A marker with a length field, once the length is known; true when the message ended.
-    fn sized(&mut self, marker: u8, len: u64) -> Result<bool, String> {
+    fn sized(&mut self, marker: u8, len: u64) -> Result<bool, Malformed> {
         match marker {
             0xc4..=0xc6 | 0xd9..=0xdb => Ok(self.payload(len)),
             0xc7..=0xc9 => Ok(self.payload(len + 1)), // the extension's type byte
@@ -209,12 +243,12 @@ impl Framer {
         false
     }
 
-    fn container(&mut self, items: u64) -> Result<bool, String> {
+    fn container(&mut self, items: u64) -> Result<bool, Malformed> {
         if items == 0 {
             return Ok(self.value_done());
         }
         if self.walk.open.len() >= MAX_DEPTH {
-            return Err(format!("msgpack nested deeper than {MAX_DEPTH} levels"));
+            return Err(Malformed::TooDeep);
         }
         self.walk.open.push(items);
         Ok(false)
@@ -236,7 +270,7 @@ impl Framer {
 enum Step {
     More,
     End,
-    Invalid(String),
+    Invalid(Malformed),
 }
 
 fn length_bytes(marker: u8) -> usize {
@@ -253,7 +287,7 @@ pub fn check(bytes: Vec<u8>) -> Frame {
     let value = match rmpv::decode::read_value(&mut bytes.as_slice()) {
         Ok(v) => v,
         Err(e) => {
-            let reason = format!("undecodable msgpack: {e}");
+            let reason = Malformed::Undecodable(e).to_string();
             return Frame::Replaced(notification(&reason), reason);
         }
     };
@@ -263,54 +297,48 @@ pub fn check(bytes: Vec<u8>) -> Frame {
     }
 }
 
-fn shape(v: &Value) -> Result<(), (Option<u64>, String)> {
+fn shape(v: &Value) -> Result<(), (Option<u64>, Malformed)> {
     let Value::Array(items) = v else {
-        return Err((None, format!("an RPC message is an array, got {}", kind(v))));
+        return Err((None, Malformed::NotArray(kind(v))));
     };
     let kind_of = items.first().and_then(Value::as_u64);
     let id = || items.get(1).and_then(Value::as_u64).filter(|id| *id <= u64::from(u32::MAX));
-    let method = |at: usize| -> Result<(), String> {
+    let method = |at: usize| -> Result<(), Malformed> {
         match items.get(at) {
             Some(Value::String(s)) if s.as_str().is_some() => Ok(()),
-            Some(Value::String(_)) => Err("method name is not valid UTF-8".to_owned()),
-            Some(other) => Err(format!("method name must be a string, got {}", kind(other))),
-            None => Err("method name missing".to_owned()),
+            Some(Value::String(_)) => Err(Malformed::MethodNotUtf8),
+            Some(other) => Err(Malformed::MethodNotString(kind(other))),
+            None => Err(Malformed::MethodMissing),
         }
     };
-    let params = |at: usize| -> Result<(), String> {
+    let params = |at: usize| -> Result<(), Malformed> {
         match items.get(at) {
             Some(Value::Array(_)) => Ok(()),
-            Some(other) => Err(format!("parameters must be an array, got {}", kind(other))),
-            None => Err("parameters missing".to_owned()),
+            Some(other) => Err(Malformed::ParamsNotArray(kind(other))),
+            None => Err(Malformed::ParamsMissing),
         }
     };
     match kind_of {
         Some(0) => {
             let Some(id) = id() else {
-                return Err((None, "request without a valid message id".to_owned()));
+                return Err((None, Malformed::NoRequestId));
             };
             if items.len() != 4 {
-                return Err((
-                    Some(id),
-                    format!("request has {} elements, expected 4", items.len()),
-                ));
+                return Err((Some(id), Malformed::RequestLength(items.len())));
             }
             method(2).and_then(|()| params(3)).map_err(|e| (Some(id), e))
         }
         Some(1) => match (id(), items.len()) {
             (Some(_), 4) => Ok(()),
-            _ => Err((None, "malformed response".to_owned())),
+            _ => Err((None, Malformed::Response)),
         },
         Some(2) => {
             if items.len() != 3 {
-                return Err((
-                    None,
-                    format!("notification has {} elements, expected 3", items.len()),
-                ));
+                return Err((None, Malformed::NotificationLength(items.len())));
             }
             method(1).and_then(|()| params(2)).map_err(|e| (None, e))
         }
-        _ => Err((None, "unknown RPC message type".to_owned())),
+        _ => Err((None, Malformed::UnknownType)),
     }
 }
 
@@ -329,7 +357,8 @@ pub(crate) fn kind(v: &Value) -> &'static str {
 }
 
 /// A request (answered with `reason`) when the id is known, else a notification.
-fn replacement(id: Option<u64>, reason: String) -> Frame {
+fn replacement(id: Option<u64>, reason: Malformed) -> Frame {
+    let reason = reason.to_string();
     let msg = match id {
         Some(id) => encode(Value::Array(vec![
             Value::from(0),

@@ -387,7 +387,7 @@ impl Server {
                 let text = done["output"].as_str().unwrap_or("").to_string();
                 shaped(text, Some(done), false, self.structured)
             }
-            Err((text, data)) => shaped(text, data, true, self.structured),
+            Err((e, data)) => shaped(e.to_string(), data, true, self.structured),
         }
     }
 
@@ -395,7 +395,7 @@ impl Server {
     async fn bash(&self, args: JsonObject, context: RequestContext<RoleServer>) -> CallToolResult {
         let mut req = match super::rpc::request_from(&args, Origin::Tool) {
             Ok(r) => r,
-            Err(e) => return self.error_result(&e),
+            Err(e) => return self.error_result(&e.to_string()),
         };
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         // The client's `notifications/cancelled` (rmcp cancels `context.ct`) reaches the run

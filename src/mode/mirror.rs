@@ -130,6 +130,11 @@ fn pid_alive(pid: i32) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// The editor was asked but gave no answer in time (it went away, or is busy).
+#[derive(Debug, thiserror::Error)]
+#[error("the editor did not answer")]
+pub struct NoAnswer;
+
 enum Msg {
     Open {
         key: u64,
@@ -140,7 +145,7 @@ enum Msg {
         ev: Value,
         last: bool,
     },
-    Context(oneshot::Sender<std::result::Result<String, String>>),
+    Context(oneshot::Sender<std::result::Result<String, NoAnswer>>),
     /// Answered once every message queued before it reached the editor.
     Flush(oneshot::Sender<()>),
 }
@@ -207,7 +212,7 @@ impl Mirror {
 
     /// The editor's recorded bang commands in contract §10 wording, one message after the other;
     /// `None` when no editor is mirrored.
-    pub async fn context(&self) -> Option<std::result::Result<String, String>> {
+    pub async fn context(&self) -> Option<std::result::Result<String, NoAnswer>> {
         if !self.alive() {
             return None;
         }
@@ -320,7 +325,7 @@ async fn drive(addr: &str, mut rx: mpsc::Receiver<Msg>, cancels: Cancels) {
                     true
                 }
                 None => {
-                    let _ = reply.send(Err("the editor did not answer".into()));
+                    let _ = reply.send(Err(NoAnswer));
                     false
                 }
             },

@@ -124,13 +124,18 @@ pub const PAGE_MAX: usize = 200;
 /// [`PAGE_MAX`]) of a paged request.
 pub fn page_args(
     obj: &serde_json::Map<String, serde_json::Value>,
-) -> std::result::Result<(Option<usize>, usize), String> {
+) -> crate::Result<(Option<usize>, usize)> {
     let count = |k: &str| match obj.get(k) {
         None | Some(serde_json::Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(|n| Some(usize::try_from(n).unwrap_or(usize::MAX)))
-            .ok_or_else(|| format!("\"{k}\" must be a non-negative integer, got {v}")),
+        Some(v) => {
+            v.as_u64().map(|n| Some(usize::try_from(n).unwrap_or(usize::MAX))).ok_or_else(|| {
+                crate::Error::ParamType {
+                    key: k.to_owned(),
+                    want: "a non-negative integer",
+                    got: v.to_string(),
+                }
+            })
+        }
     };
     let offset = count("offset")?;
     let limit = count("limit")?.unwrap_or(PAGE_DEFAULT).clamp(1, PAGE_MAX);
@@ -164,12 +169,13 @@ pub async fn history_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> 
     serde_json::json!({"runs": page.items, "offset": page.offset, "total": page.total})
 }
 
-/// `undo` (contract §13) for the wires: the undo's result as JSON, or the refusal's text with the
+/// `undo` (contract §13) for the wires: the undo's result as JSON, or the refusal with the
 /// conflicting paths (`{conflicts: [...]}`) when files changed since.
 pub async fn undo_json(
     rt: &Runtime,
     id: Option<u64>,
-) -> std::result::Result<serde_json::Value, (String, Option<serde_json::Value>)> {
+) -> std::result::Result<serde_json::Value, (crate::changes::UndoError, Option<serde_json::Value>)>
+{
     match rt.changes().undo(id).await {
         Ok(done) => Ok(serde_json::to_value(&done).unwrap_or_default()),
         Err(e) => {
@@ -179,7 +185,7 @@ pub async fn undo_json(
                 }
                 _ => None,
             };
-            Err((e.to_string(), data))
+            Err((e, data))
         }
     }
 }
@@ -189,8 +195,8 @@ pub async fn undo_json(
 pub fn changes_json(
     rt: &Runtime,
     id: Option<u64>,
-) -> std::result::Result<serde_json::Value, String> {
-    let rec = rt.changes().get(id).map_err(|e| e.to_string())?;
+) -> std::result::Result<serde_json::Value, crate::changes::UndoError> {
+    let rec = rt.changes().get(id)?;
     Ok(serde_json::json!({
         "id": rec.id,
         "root": rec.root,

@@ -208,7 +208,7 @@ impl Handler for Backend {
                     "undo" => match super::undo_json(&self.rt, id).await {
                         Ok(done) => Ok(json_to_msgpack(&done)),
                         // The refusal's text names the paths changed since.
-                        Err((e, _)) => Err(Value::from(e)),
+                        Err((e, _)) => Err(Value::from(e.to_string())),
                     },
                     // nil when `undo` would happen now, else its refusal's text.
                     "undo_check" => match self.rt.changes().check_undo(id).await {
@@ -217,7 +217,7 @@ impl Handler for Backend {
                     },
                     "changes" => super::changes_json(&self.rt, id)
                         .map(|v| json_to_msgpack(&v))
-                        .map_err(Value::from),
+                        .map_err(|e| Value::from(e.to_string())),
                     _ => {
                         let path = params.get("path").and_then(|p| p.as_str()).unwrap_or("");
                         let id =
@@ -228,7 +228,7 @@ impl Handler for Backend {
                                 ("content", Value::Binary(bytes)),
                             ])),
                             Ok(None) => Ok(map(vec![("exists", Value::from(false))])),
-                            Err(e) => Err(Value::from(e)),
+                            Err(e) => Err(Value::from(e.to_string())),
                         }
                     }
                 }
@@ -356,7 +356,7 @@ impl Backend {
         };
         let mut req = match super::rpc::request_from(&params, origin) {
             Ok(r) => r,
-            Err(e) => return send(&nvim, refuse(e)).await,
+            Err(e) => return send(&nvim, refuse(e.to_string())).await,
         };
         req.display = true;
         // `local_cwd`: `cwd` is the editor's directory (or a path resolved against it), which
@@ -368,7 +368,7 @@ impl Backend {
         {
             req.cwd = match super::rpc::get_str(&params, "remote_cwd") {
                 Ok(c) => c,
-                Err(e) => return send(&nvim, refuse(e)).await,
+                Err(e) => return send(&nvim, refuse(e.to_string())).await,
             };
         }
         let limited = req.head.is_some() || req.tail.is_some();
@@ -517,7 +517,7 @@ impl Backend {
         req: &crate::exec::Request,
         origin: Origin,
         nvim: &Nvim,
-    ) -> std::result::Result<(PtyHooks, Option<Pump>), String> {
+    ) -> std::result::Result<(PtyHooks, Option<Pump>), NoTerminalView> {
         let origin = if origin == Origin::Tool { "tool" } else { "bang" };
         let opts = map(vec![
             ("command", Value::from(req.command.as_str())),
@@ -529,14 +529,14 @@ impl Backend {
                 vec![Value::from(id), opts],
             )
             .await
-            .map_err(|e| format!("could not open a terminal view: {e}"))?;
+            .map_err(NoTerminalView::Open)?;
         let field = |k: &str| {
             opened
                 .as_map()
                 .and_then(|m| m.iter().find(|(key, _)| key.as_str() == Some(k)))
                 .and_then(|(_, v)| v.as_u64())
         };
-        let chan = field("chan").ok_or("the terminal view gave no channel")?;
+        let chan = field("chan").ok_or(NoTerminalView::NoChannel)?;
         let size = match (field("cols"), field("rows")) {
             (Some(c), Some(r)) => Some(TermSize {
                 cols: c.min(u16::MAX as u64) as u16,
@@ -670,12 +670,21 @@ pub(crate) fn map(entries: Vec<(&str, Value)>) -> Value {
     Value::Map(entries.into_iter().map(|(k, v)| (Value::from(k), v)).collect())
 }
 
+/// Why a PTY run got no terminal view in the editor.
+#[derive(Debug, thiserror::Error)]
+enum NoTerminalView {
+    #[error("could not open a terminal view: {0}")]
+    Open(Box<nvim_rs::error::CallError>),
+    #[error("the terminal view gave no channel")]
+    NoChannel,
+}
+
 /// The first argument of a call as a JSON object (Lua tables arrive as msgpack maps; an empty
 /// table or no argument is no parameters). Strings must be UTF-8, except under the `raw` keys.
 pub fn params(
     args: &[Value],
     raw: &[&str],
-) -> std::result::Result<serde_json::Map<String, serde_json::Value>, String> {
+) -> crate::Result<serde_json::Map<String, serde_json::Value>> {
     match args.first() {
         None | Some(Value::Nil) => Ok(serde_json::Map::new()),
         Some(Value::Array(a)) if a.is_empty() => Ok(serde_json::Map::new()),
@@ -692,17 +701,16 @@ pub fn params(
                 _ => Ok(serde_json::Map::new()),
             }
         }
-        Some(other) => Err(format!("expected a table of parameters, got {}", frame::kind(other))),
+        Some(other) => Err(crate::Error::ParamsNotTable(frame::kind(other))),
     }
 }
 
 /// Refuses strings that are not UTF-8 anywhere inside `v` (a command must not be guessed at).
-fn utf8(v: &Value, key: &str) -> std::result::Result<(), String> {
+fn utf8(v: &Value, key: &str) -> crate::Result<()> {
+    let not_utf8 = || Err(crate::Error::ParamNotUtf8(key.to_owned()));
     match v {
-        Value::String(s) if s.as_str().is_none() => Err(format!("\"{key}\" is not valid UTF-8")),
-        Value::Binary(b) if std::str::from_utf8(b).is_err() => {
-            Err(format!("\"{key}\" is not valid UTF-8"))
-        }
+        Value::String(s) if s.as_str().is_none() => not_utf8(),
+        Value::Binary(b) if std::str::from_utf8(b).is_err() => not_utf8(),
         Value::Array(a) => a.iter().try_for_each(|x| utf8(x, key)),
         Value::Map(m) => m.iter().try_for_each(|(k, x)| utf8(k, key).and_then(|()| utf8(x, key))),
         _ => Ok(()),

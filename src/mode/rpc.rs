@@ -260,10 +260,10 @@ fn parse_error(id: Option<&Value>, msg: &str) -> Value {
     v
 }
 
-fn response(
+fn response<E: std::fmt::Display>(
     id: Option<&Value>,
     command: &str,
-    result: std::result::Result<Option<Value>, String>,
+    result: std::result::Result<Option<Value>, E>,
 ) -> Value {
     let mut v = json!({"type": "response", "command": command});
     if let Some(id) = id {
@@ -278,7 +278,7 @@ fn response(
         }
         Err(e) => {
             v["success"] = json!(false);
-            v["error"] = json!(e);
+            v["error"] = json!(e.to_string());
         }
     }
     v
@@ -316,7 +316,7 @@ async fn handle(state: &Arc<State>, line: &str) {
             if let Ok(b) = state.bangs.lock() {
                 b.values().for_each(|c| c.cancel());
             }
-            send(&state.out, response(id.as_ref(), "abort_bash", Ok(None))).await;
+            send(&state.out, response::<crate::Error>(id.as_ref(), "abort_bash", Ok(None))).await;
         }
         "tool_call" => tool_call(state, id, obj).await,
         "get_context" | "history" => {
@@ -338,10 +338,9 @@ async fn handle(state: &Arc<State>, line: &str) {
             let res = tokio::task::spawn_blocking(move || {
                 crate::artifacts::resolve(Some(&store), &url)
                     .map(|text| Some(json!({"text": text})))
-                    .map_err(|e| e.to_string())
             })
             .await
-            .unwrap_or_else(|e| Err(e.to_string()));
+            .unwrap_or_else(|e| Err(crate::Error::Io(std::io::Error::other(e))));
             send(&state.out, response(id.as_ref(), "artifact", res)).await;
         }
         "undo" => {
@@ -349,7 +348,11 @@ async fn handle(state: &Arc<State>, line: &str) {
             let v = match get_count(obj, "changes_id") {
                 Ok(changes_id) => {
                     match super::undo_json(&state.rt, changes_id.map(|n| n as u64)).await {
-                        Ok(done) => response(id.as_ref(), "undo", Ok(Some(camel(done)))),
+                        Ok(done) => response::<crate::changes::UndoError>(
+                            id.as_ref(),
+                            "undo",
+                            Ok(Some(camel(done))),
+                        ),
                         Err((e, data)) => {
                             let mut v = response(id.as_ref(), "undo", Err(e));
                             if let Some(d) = data {
@@ -369,14 +372,13 @@ async fn handle(state: &Arc<State>, line: &str) {
                 (Some(t), Ok(tools)) => tools.get(t).map(|c| c.cancel()).is_some(),
                 _ => false,
             };
-            let res =
-                if found { Ok(None) } else { Err("No running tool call with that id".into()) };
+            let res = if found { Ok(None) } else { Err(crate::Error::NoToolCall) };
             send(&state.out, response(id.as_ref(), "abort_tool_call", res)).await;
         }
         other => {
             send(
                 &state.out,
-                response(id.as_ref(), other, Err(format!("Unknown command: {other}"))),
+                response(id.as_ref(), other, Err(crate::Error::UnknownCommand(other.to_owned()))),
             )
             .await;
         }
@@ -402,49 +404,52 @@ fn id_key(v: &Value) -> String {
     }
 }
 
-pub(crate) fn get_str(
-    obj: &Map<String, Value>,
-    k: &str,
-) -> std::result::Result<Option<String>, String> {
+pub(crate) fn get_str(obj: &Map<String, Value>, k: &str) -> crate::Result<Option<String>> {
     match obj.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(format!("\"{k}\" must be a string, got {other}")),
+        Some(other) => Err(crate::Error::ParamType {
+            key: k.to_owned(),
+            want: "a string",
+            got: other.to_string(),
+        }),
     }
 }
 
-fn get_count(obj: &Map<String, Value>, k: &str) -> std::result::Result<Option<usize>, String> {
+fn get_count(obj: &Map<String, Value>, k: &str) -> crate::Result<Option<usize>> {
     match obj.get(k) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(|n| Some(n as usize))
-            .ok_or_else(|| format!("\"{k}\" must be a non-negative integer, got {v}")),
+        Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| crate::Error::ParamType {
+            key: k.to_owned(),
+            want: "a non-negative integer",
+            got: v.to_string(),
+        }),
     }
 }
 
-fn get_timeout(obj: &Map<String, Value>) -> std::result::Result<Option<f64>, String> {
+fn get_timeout(obj: &Map<String, Value>) -> crate::Result<Option<f64>> {
     match obj.get("timeout") {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => crate::validate::parse_timeout(v)
-            .map(|t| Some(t.clamped_from.unwrap_or(t.secs)))
-            .map_err(|e| e.to_string()),
+        Some(v) => {
+            crate::validate::parse_timeout(v).map(|t| Some(t.clamped_from.unwrap_or(t.secs)))
+        }
     }
 }
 
-pub fn request_from(
-    obj: &Map<String, Value>,
-    origin: Origin,
-) -> std::result::Result<Request, String> {
-    let command = get_str(obj, "command")?.ok_or("missing \"command\"")?;
+pub fn request_from(obj: &Map<String, Value>, origin: Origin) -> crate::Result<Request> {
+    use crate::Error::ParamShape;
+    let command = get_str(obj, "command")?.ok_or(crate::Error::ParamMissing("command"))?;
     let tools = match obj.get("tools") {
         None | Some(Value::Null) => None,
         Some(Value::Array(a)) => Some(
             a.iter()
-                .map(|t| t.as_str().map(str::to_string).ok_or("\"tools\" must be strings"))
-                .collect::<std::result::Result<Vec<_>, _>>()?,
+                .map(|t| {
+                    let strings = ParamShape { key: "tools", want: "strings" };
+                    t.as_str().map(str::to_string).ok_or(strings)
+                })
+                .collect::<crate::Result<Vec<_>>>()?,
         ),
-        Some(_) => return Err("\"tools\" must be an array of strings".into()),
+        Some(_) => return Err(ParamShape { key: "tools", want: "an array of strings" }),
     };
     Ok(Request {
         origin,
@@ -459,7 +464,7 @@ pub fn request_from(
         pty: match obj.get("pty") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
-            Some(_) => return Err("\"pty\" must be a boolean".into()),
+            Some(_) => return Err(ParamShape { key: "pty", want: "a boolean" }),
         },
         profile: get_str(obj, "profile")?,
     })
@@ -493,7 +498,7 @@ async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
         }
         Err(_) => None,
     };
-    let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
+    let res = res.map(|r| Some(camel(to_value(&r))));
     let answer = response(id.as_ref(), "bash", res).to_string();
     if let Some(record) = record {
         record.done().await;
@@ -562,7 +567,7 @@ async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Valu
         end["id"] = id.clone();
     }
     send(&state.out, end).await;
-    let res = res.map(|r| Some(camel(to_value(&r)))).map_err(|e| e.to_string());
+    let res = res.map(|r| Some(camel(to_value(&r))));
     send(&state.out, response(id.as_ref(), "tool_call", res)).await;
 }
 

@@ -298,17 +298,35 @@ pub fn session_cgroup_of(pid: i32) -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
+/// Why processes are tracked without a cgroup of their own ([`tracking_mode`]).
+#[derive(Debug, thiserror::Error)]
+enum NoCgroup {
+    #[error("{} is set", NO_CGROUP_VAR)]
+    Disabled,
+    #[error("/proc/self/cgroup: {0}")]
+    ReadOwn(std::io::Error),
+    #[error("no cgroup v2 hierarchy in /proc/self/cgroup")]
+    NoHierarchy,
+    #[error("mountinfo: {0}")]
+    ReadMounts(std::io::Error),
+    #[error("no cgroup2 mount")]
+    NoMount,
+    #[error("cgroup path has a NUL")]
+    Nul,
+    #[error("{} is not writable", .0.display())]
+    NotWritable(PathBuf),
+    #[error("cannot create a cgroup in {}: {source}", .dir.display())]
+    Create { dir: PathBuf, source: std::io::Error },
+    #[error("no cgroup.kill (Linux < 5.14)")]
+    NoKill,
+}
+
 /// Our own cgroup v2 directory: `/proc/self/cgroup`'s `0::<path>` under the cgroup2 mount.
 #[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
-fn own_cgroup_dir() -> Result<PathBuf, String> {
-    let text =
-        fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
-    let rel = text
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .ok_or("no cgroup v2 hierarchy in /proc/self/cgroup")?;
-    let mounts =
-        fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
+fn own_cgroup_dir() -> Result<PathBuf, NoCgroup> {
+    let text = fs::read_to_string("/proc/self/cgroup").map_err(NoCgroup::ReadOwn)?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::")).ok_or(NoCgroup::NoHierarchy)?;
+    let mounts = fs::read_to_string("/proc/self/mountinfo").map_err(NoCgroup::ReadMounts)?;
     for line in mounts.lines() {
         // `id parent dev root mountpoint opts… - fstype source superopts`
         let Some((left, right)) = line.split_once(" - ") else { continue };
@@ -321,32 +339,31 @@ fn own_cgroup_dir() -> Result<PathBuf, String> {
         let Some(below) = rel.strip_prefix(root.trim_end_matches('/')) else { continue };
         return Ok(Path::new(point).join(below.trim_start_matches('/')));
     }
-    Err("no cgroup2 mount".into())
+    Err(NoCgroup::NoMount)
 }
 
-fn create_parent_cgroup() -> Result<PathBuf, String> {
+fn create_parent_cgroup() -> Result<PathBuf, NoCgroup> {
     if std::env::var_os(NO_CGROUP_VAR).is_some_and(|v| !v.is_empty() && v != "0") {
-        return Err(format!("{NO_CGROUP_VAR} is set"));
+        return Err(NoCgroup::Disabled);
     }
     let own = own_cgroup_dir()?;
     // Moving a process from our cgroup into a child needs write access to our cgroup.procs.
     let procs = own.join("cgroup.procs");
-    let c = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes())
-        .map_err(|_| "cgroup path has a NUL".to_string())?;
+    let c =
+        std::ffi::CString::new(procs.as_os_str().as_encoded_bytes()).map_err(|_| NoCgroup::Nul)?;
     // SAFETY: valid C string.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        return Err(format!("{} is not writable", procs.display()));
+        return Err(NoCgroup::NotWritable(procs));
     }
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     let dir = own.join(format!("agent-bash-{}-{t:x}", std::process::id()));
-    fs::create_dir(&dir)
-        .map_err(|e| format!("cannot create a cgroup in {}: {e}", own.display()))?;
+    fs::create_dir(&dir).map_err(|source| NoCgroup::Create { dir: own.clone(), source })?;
     if !dir.join("cgroup.kill").exists() {
         let _ = fs::remove_dir(&dir);
-        return Err("no cgroup.kill (Linux < 5.14)".into());
+        return Err(NoCgroup::NoKill);
     }
     extern "C" fn remove_at_exit() {
         if let Some(dir) = tracker().cgroup.as_deref() {

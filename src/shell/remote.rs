@@ -152,12 +152,28 @@ fn cwd_word(cwd: Option<&str>) -> String {
     }
 }
 
+/// Why a remote session could not start ([`RemoteShell::connect`]), worded for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The profile's `argv` is empty.
+    #[error("profile {0:?} has no command")]
+    NoCommand(String),
+    #[error("cannot start {program}: {source}")]
+    Start { program: String, source: io::Error },
+    #[error("engine pipes missing")]
+    PipesMissing,
+    /// The engine or the shell ended, or answered wrongly, before the session was ready: the
+    /// engine's last stderr line when it has one, else what was seen ([`reason`]).
+    #[error("{0}")]
+    Refused(String),
+}
+
 impl RemoteShell {
     /// Starts the engine, bootstraps the driver and waits for the shell to answer. The error
     /// is the reason, worded for the user (the engine's last stderr line when it has one).
-    pub async fn connect(cfg: &RemoteConfig) -> Result<RemoteShell, String> {
+    pub async fn connect(cfg: &RemoteConfig) -> Result<RemoteShell, ConnectError> {
         let Some((program, args)) = cfg.argv.split_first() else {
-            return Err(format!("profile {:?} has no command", cfg.profile));
+            return Err(ConnectError::NoCommand(cfg.profile.clone()));
         };
         let mut cmd = Command::new(program);
         cmd.args(args)
@@ -167,12 +183,12 @@ impl RemoteShell {
             .process_group(0)
             .kill_on_drop(true);
         let mut child = procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
-            .map_err(|e| format!("cannot start {program}: {e}"))?;
+            .map_err(|source| ConnectError::Start { program: program.clone(), source })?;
         let pid = child.id().map(|p| p as i32).unwrap_or(-1);
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return Err("engine pipes missing".into());
+            return Err(ConnectError::PipesMissing);
         };
         let err_text = Arc::new(Mutex::new(String::new()));
         tokio::spawn(collect_stderr(stderr, err_text.clone()));
@@ -182,10 +198,17 @@ impl RemoteShell {
         let (shell_pid, host) = match tokio::time::timeout(CONNECT_TIMEOUT, started).await {
             Ok(Ok(v)) => v,
             // Let the engine finish writing its error before it is read.
-            Ok(Err(why)) => return Err(engine_failed(child, pid, false, &why, &err_text).await),
+            Ok(Err(why)) => {
+                let why = why.to_string();
+                return Err(ConnectError::Refused(
+                    engine_failed(child, pid, false, &why, &err_text).await,
+                ));
+            }
             Err(_) => {
                 let why = "no answer within 30 s";
-                return Err(engine_failed(child, pid, true, why, &err_text).await);
+                return Err(ConnectError::Refused(
+                    engine_failed(child, pid, true, why, &err_text).await,
+                ));
             }
         };
         let (tx, rx) = mpsc::channel(FRAME_QUEUE);
@@ -211,7 +234,7 @@ impl RemoteShell {
         if let Err(e) = shell.send(&init).await {
             let why = shell.lost_reason(&e.to_string()).await;
             shell.close().await;
-            return Err(why);
+            return Err(ConnectError::Refused(why));
         }
         Ok(shell)
     }
@@ -343,14 +366,30 @@ impl RemoteShell {
     }
 }
 
+/// Why the remote side did not come up ([`bootstrap`]), as [`reason`] words it when the engine
+/// printed nothing.
+#[derive(Debug, thiserror::Error)]
+enum BootError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The stream ended (`reason` says "the connection closed").
+    #[error("")]
+    Ended,
+    /// The driver's own refusal (an `L` frame).
+    #[error("{0}")]
+    Refused(String),
+    #[error("unexpected frame at start-up: {0}")]
+    Unexpected(String),
+}
+
 /// Sends the boot line and waits for the ready frame: the shell's process id and the host's
-/// name, or why the remote side could not start (empty: the stream ended).
+/// name, or why the remote side could not start.
 async fn bootstrap(
     stdin: &mut ChildStdin,
     reader: &mut BufReader<tokio::process::ChildStdout>,
     nonce: &str,
     encoder: Encoder,
-) -> Result<(String, String), String> {
+) -> Result<(String, String), BootError> {
     let mark = random_token();
     let encoder = match encoder {
         Encoder::Auto => "auto",
@@ -361,19 +400,15 @@ async fn bootstrap(
         "exec bash --noprofile --norc -c {} agent-bash-remote {nonce} {mark} {encoder}\n",
         crate::project::quote(&driver)
     );
-    stdin.write_all(boot.as_bytes()).await.map_err(|e| e.to_string())?;
-    stdin.flush().await.map_err(|e| e.to_string())?;
+    stdin.write_all(boot.as_bytes()).await?;
+    stdin.flush().await?;
     // Anything before the ready frame (a banner, a login script's chatter) is skipped.
     let mut line = Vec::new();
     loop {
         line.clear();
-        let n = (&mut *reader)
-            .take(MAX_LINE as u64)
-            .read_until(b'\n', &mut line)
-            .await
-            .map_err(|e| e.to_string())?;
+        let n = (&mut *reader).take(MAX_LINE as u64).read_until(b'\n', &mut line).await?;
         if n == 0 {
-            return Err(String::new());
+            return Err(BootError::Ended);
         }
         let text = String::from_utf8_lossy(&line);
         let mut words = text.trim_end().splitn(4, ' ');
@@ -385,9 +420,9 @@ async fn bootstrap(
                 return Ok((pid.to_string(), host.unwrap_or("").to_string()))
             }
             (Some("L"), _, _) => {
-                return Err(text.trim_end()[nonce.len() + 3..].to_string());
+                return Err(BootError::Refused(text.trim_end()[nonce.len() + 3..].to_string()));
             }
-            _ => return Err(format!("unexpected frame at start-up: {}", text.trim_end())),
+            _ => return Err(BootError::Unexpected(text.trim_end().to_string())),
         }
     }
 }
@@ -493,13 +528,13 @@ impl Transport for RemoteRun<'_> {
 
 impl Session for RemoteShell {
     type Config = RemoteConfig;
-    type StartError = String;
+    type StartError = ConnectError;
     type Cwd<'a>
         = Option<&'a str>
     where
         Self: 'a;
 
-    fn start(cfg: &RemoteConfig) -> impl Future<Output = Result<Self, String>> + Send {
+    fn start(cfg: &RemoteConfig) -> impl Future<Output = Result<Self, ConnectError>> + Send {
         RemoteShell::connect(cfg)
     }
 
