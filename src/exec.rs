@@ -466,9 +466,7 @@ impl Runtime {
                     slot.lost = true;
                     let mut r = self.shape_unrun(Outcome::MissingExitStatus, started);
                     let shell = self.shell_cfg.shell.display();
-                    r.output = format!(
-                        "Bash command failed: cannot start {shell}: {e}\n\nCommand failed: missing exit status"
-                    );
+                    r.set_unstarted(&format!("Bash command failed: cannot start {shell}: {e}"));
                     return Ok(r);
                 }
             }

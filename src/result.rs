@@ -135,6 +135,19 @@ impl BashResult {
         }
     }
 
+    /// A command whose shell could not be started: `why` in place of its output, then the
+    /// missing-exit-status line (§7).
+    pub fn set_unstarted(&mut self, why: &str) {
+        self.output = format!("{why}\n\n{MISSING_EXIT}");
+    }
+
+    /// A remote command whose session was lost (contract §12): `Remote session lost: <why>` in
+    /// place of the missing-exit-status line.
+    pub fn set_session_lost(&mut self, why: &str) {
+        let kept = self.output.strip_suffix(MISSING_EXIT).unwrap_or(&self.output);
+        self.output = format!("{kept}Remote session lost: {why}");
+    }
+
     /// Ends the model text with a one-line note after one blank line (the fence's, the
     /// receipts', an expensive run's).
     pub fn push_note(&mut self, note: &str) {
@@ -144,6 +157,9 @@ impl BashResult {
         self.output.push_str(note);
     }
 }
+
+/// The exit line of a command whose exit status never arrived.
+const MISSING_EXIT: &str = "Command failed: missing exit status";
 
 /// Truncation metadata (contract §7), present exactly when the text is not the whole output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -235,7 +251,7 @@ pub fn shape(
     let exit_line = match outcome {
         Outcome::Exited(0) | Outcome::TimedOut(_) | Outcome::Cancelled => None,
         Outcome::Exited(code) => Some(format!("Command exited with code {code}")),
-        Outcome::MissingExitStatus => Some("Command failed: missing exit status".to_owned()),
+        Outcome::MissingExitStatus => Some(MISSING_EXIT.to_owned()),
     };
 
     let body = if sink.text.is_empty() { "(no output)" } else { sink.text.as_str() };

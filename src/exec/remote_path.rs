@@ -188,10 +188,10 @@ impl Runtime {
                 Err(why) => {
                     slot.lost = true;
                     let mut r = self.shape_unrun(Outcome::MissingExitStatus, started);
-                    r.output = format!(
-                        "Cannot start remote session {profile:?} ({}): {why}\n\nCommand failed: missing exit status",
+                    r.set_unstarted(&format!(
+                        "Cannot start remote session {profile:?} ({}): {why}",
                         argv.join(" ")
-                    );
+                    ));
                     r.remote = Some(Remote { profile, host: None });
                     return Ok(r);
                 }
@@ -251,12 +251,7 @@ impl Runtime {
             limits.max_bytes as u64,
         );
         if let Some(why) = lost {
-            let kept = r
-                .output
-                .strip_suffix("Command failed: missing exit status")
-                .unwrap_or(&r.output)
-                .to_string();
-            r.output = format!("{kept}Remote session lost: {why}");
+            r.set_session_lost(&why);
         }
         r.shell_restarted = shell_restarted;
         r.waited_ms = (waited >= Duration::from_millis(1)).then_some(waited.as_millis() as u64);
