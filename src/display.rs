@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use crate::sanitize::{Span, Style};
+use crate::sanitize::Span;
 
 /// Characters of one line shown in a card (contract §8.2).
 pub const LINE_CLAMP_CHARS: usize = 4000;
@@ -143,39 +143,10 @@ impl Display {
     }
 }
 
-/// A style in the shape the Lua side takes (`{fg = 1 | '#rrggbb', bold = true, …}`), as JSON.
-pub fn style_json(style: &Style) -> serde_json::Value {
-    use crate::sanitize::Color;
-    let color = |c: &Color| match c {
-        Color::Indexed(i) => serde_json::json!(i),
-        Color::Rgb(r, g, b) => serde_json::json!(format!("#{r:02x}{g:02x}{b:02x}")),
-    };
-    let mut m = serde_json::Map::new();
-    if let Some(c) = &style.fg {
-        m.insert("fg".into(), color(c));
-    }
-    if let Some(c) = &style.bg {
-        m.insert("bg".into(), color(c));
-    }
-    for (k, v) in [
-        ("bold", style.bold),
-        ("dim", style.dim),
-        ("italic", style.italic),
-        ("underline", style.underline),
-        ("reverse", style.reverse),
-        ("strikethrough", style.strikethrough),
-    ] {
-        if v {
-            m.insert(k.into(), serde_json::Value::Bool(true));
-        }
-    }
-    serde_json::Value::Object(m)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sanitize::{Color, Sanitizer};
+    use crate::sanitize::{Color, Sanitizer, Style};
 
     fn feed(d: &mut Display, bytes: &[u8]) {
         let mut s = Sanitizer::new();
@@ -198,7 +169,6 @@ mod tests {
             lines[1].spans,
             vec![Span { start: 0, end: 3, style: red }, Span { start: 8, end: 12, style: bold }]
         );
-        assert_eq!(style_json(&red), serde_json::json!({"fg": 1}));
     }
 
     #[test]

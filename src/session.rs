@@ -143,7 +143,7 @@ impl SessionLog {
     }
 
     /// Every record, oldest first; unreadable lines are skipped. Blocking: async callers use
-    /// spawn_blocking ([`crate::mode::context_json`], [`crate::mode::history_json`]).
+    /// spawn_blocking ([`crate::mode::context_page`], [`crate::mode::history_page`]).
     #[allow(clippy::disallowed_methods)]
     pub fn load(&self) -> Vec<BashExecution> {
         let Ok(text) = std::fs::read_to_string(&self.path) else { return Vec::new() };

@@ -388,7 +388,7 @@ fn check_rpc_json(input: &[u8]) {
     match rpc::decode_line(&line) {
         Ok((_, kind, obj)) => {
             if kind == "bash" || kind == "tool_call" {
-                let _ = rpc::request_from(&obj, Origin::Tool);
+                let _ = agent_bash::mode::request_from(&obj, Origin::Tool);
             }
             let _ = agent_bash::mode::page_args(&obj);
         }
@@ -491,7 +491,7 @@ fn check_nvim_msgpack(input: &[u8]) {
             other => panic!("frame of type {other:?}"),
         };
         if let Ok(obj) = nvim::params(params, &[]) {
-            let _ = rpc::request_from(&obj, Origin::Tool);
+            let _ = agent_bash::mode::request_from(&obj, Origin::Tool);
             let _ = agent_bash::mode::page_args(&obj);
         }
     }

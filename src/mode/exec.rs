@@ -89,8 +89,7 @@ pub async fn run(args: ExecArgs) -> Result<i32> {
     let r = res?;
     let mut stdout = std::io::stdout().lock();
     if args.json {
-        let text =
-            serde_json::to_string_pretty(&r).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let text = super::wire::result_line(&r, true)?;
         writeln!(stdout, "{text}")?;
     } else {
         stdout.write_all(r.output.as_bytes())?;

@@ -3,7 +3,7 @@
 //!
 //! * tool `bash` → [`Runtime::run`] (the full tool path, §1–§7, persistent shell sessions). Text
 //!   content = the model-facing text of §7 and nothing else the model could be shown instead:
-//!   the `BashResult` travels in the result's `_meta` under [`RESULT_META`]; structured content
+//!   the `BashResult` travels in the result's `_meta` under [`wire::RESULT_META`]; structured content
 //!   and an output schema only with `[mcp] structured_content = true`. `isError` = its
 //!   `is_error`. Bad input and blocked commands are tool errors with §2/§3's exact texts.
 //! * progress: with a progress token, `notifications/progress` carry the live tail's last line
@@ -27,11 +27,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -42,9 +41,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::mirror::Mirror;
-use super::nvim::{lines_and_hl, map, update_event};
+use super::wire::{self, done_event, map, update_event, Failure};
 use crate::exec::{LiveUpdate, Origin, Runtime, Settings, UpdateFn};
-use crate::result::BashResult;
 use crate::Result;
 
 /// Flags of `agent-bash mcp`.
@@ -64,8 +62,6 @@ pub struct McpArgs {
 pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// Longest request line accepted; a longer one is answered with an error, not buffered.
 const MAX_LINE: usize = 16 << 20;
-/// The `_meta` key of a tool result that holds the `BashResult` (or `bash_undo`'s data).
-pub const RESULT_META: &str = "agent-bash/result";
 /// At most this many artifacts in `resources/list` (the newest; older ones stay readable).
 pub const MAX_LISTED: usize = 100;
 /// Longest wait, once the client is gone, for the last card updates to reach the editor.
@@ -382,18 +378,15 @@ impl Server {
                 }
             },
         };
-        match super::undo_json(&self.rt, id).await {
-            Ok(done) => {
-                let text = done["output"].as_str().unwrap_or("").to_string();
-                shaped(text, Some(done), false, self.structured)
-            }
-            Err((e, data)) => shaped(e.to_string(), data, true, self.structured),
+        match super::undo(&self.rt, id).await {
+            Ok(done) => wire::undo_tool_result(&done, self.structured),
+            Err(refused) => refused.tool_result(self.structured),
         }
     }
 
     /// One `bash` call: the full tool path, progress, the mirror's card.
     async fn bash(&self, args: JsonObject, context: RequestContext<RoleServer>) -> CallToolResult {
-        let mut req = match super::rpc::request_from(&args, Origin::Tool) {
+        let mut req = match super::request_from(&args, Origin::Tool) {
             Ok(r) => r,
             Err(e) => return self.error_result(&e.to_string()),
         };
@@ -461,47 +454,28 @@ impl Server {
         let result = match res {
             Ok(r) => r,
             Err(e) => {
-                let text = e.to_string();
+                let failure = Failure::from(e);
                 if let Some(m) = mirror {
-                    m.finish(key, super::nvim::error_event(0, &text));
+                    m.finish(key, failure.event(0));
                 }
-                return self.error_result(&text);
+                return wire::bash_tool_result(&failure.result(), self.structured);
             }
         };
         if result.artifact_id.is_some() {
             self.list_changed.changed(&context.peer).await;
         }
         if let Some(m) = mirror {
-            let lines = if limited || result.normalized.as_ref().is_some_and(selects) {
-                let mut d = crate::display::Display::new();
-                d.push(&result.text, &[]);
-                d.last(crate::display::MAX_LINES, "")
-            } else {
-                last.lock().ok().and_then(|mut l| l.take()).map(|u| u.lines).unwrap_or_default()
-            };
-            let mut ev = vec![
-                ("type", rmpv::Value::from("done")),
-                ("id", rmpv::Value::from(0)),
-                ("result", super::mirror::result_value(&result, self.rt.store())),
-            ];
-            ev.extend(lines_and_hl(&lines));
-            m.finish(key, map(ev));
+            let last = last.lock().ok().and_then(|mut l| l.take());
+            let lines = wire::card_lines(&result, limited, last);
+            let shown = wire::mirror_result(&result, self.rt.store());
+            m.finish(key, done_event(0, shown, Some(&lines)));
         }
-        self.tool_result(&result)
-    }
-
-    /// What the client gets for a finished run.
-    fn tool_result(&self, r: &BashResult) -> CallToolResult {
-        shaped(r.output.clone(), serde_json::to_value(r).ok(), r.is_error, self.structured)
+        wire::bash_tool_result(&result, self.structured)
     }
 
     /// A call that could not run (bad input): the exact message, as text and as a `BashResult`.
     fn error_result(&self, message: &str) -> CallToolResult {
-        self.tool_result(&BashResult {
-            output: message.to_string(),
-            is_error: true,
-            ..Default::default()
-        })
+        wire::bash_tool_result(&Failure::from(message).result(), self.structured)
     }
 }
 
@@ -516,11 +490,6 @@ fn client_name(context: &RequestContext<RoleServer>) -> String {
         .or_else(|| context.peer.peer_info().map(|i| i.client_info.name.clone()))
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "MCP".into())
-}
-
-/// Normalization extracted a head or tail: the model sees a selection, not the stream's end.
-fn selects(n: &Value) -> bool {
-    !n["head"].is_null() || !n["tail"].is_null()
 }
 
 /// Sends the latest update as a progress notification, at most every [`PROGRESS_EVERY`].
@@ -557,22 +526,6 @@ fn progress_message(u: &LiveUpdate) -> String {
     } else {
         format!("{line} · {counters}")
     }
-}
-
-/// A tool result: `text` is the only content (what the model reads); `data` goes to `_meta`
-/// under [`RESULT_META`], and also to the structured content when `structured`.
-fn shaped(text: String, data: Option<Value>, is_error: bool, structured: bool) -> CallToolResult {
-    let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
-    if let Some(data) = data {
-        if structured {
-            out.structured_content = Some(data.clone());
-        }
-        let mut meta = JsonObject::new();
-        meta.insert(RESULT_META.into(), data);
-        out.meta = Some(rmcp::model::MetaObject(meta));
-    }
-    out.is_error = Some(is_error);
-    out
 }
 
 /// The `bash` tool; with `structured`, it declares the `BashResult`'s output schema.
@@ -702,7 +655,7 @@ struct LineTransport {
 impl LineTransport {
     fn new(out: mpsc::UnboundedSender<Vec<u8>>) -> LineTransport {
         LineTransport {
-            reader: BufReader::with_capacity(64 * 1024, super::rpc::stdio_reader()),
+            reader: BufReader::with_capacity(64 * 1024, super::stdio_reader()),
             buf: Vec::new(),
             out,
         }
@@ -826,7 +779,7 @@ fn trim_line(line: &[u8]) -> &[u8] {
 
 /// The one writer of stdout.
 async fn write_lines(mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
-    let mut stdout = super::rpc::stdio_writer();
+    let mut stdout = super::stdio_writer();
     while let Some(line) = rx.recv().await {
         if stdout.write_all(&line).await.is_err() {
             break;
@@ -865,7 +818,7 @@ mod tests {
         let out = t.output_schema.unwrap();
         assert_eq!(out["type"], "object");
         // Every required field of the output schema is always in a serialized result.
-        let v = serde_json::to_value(BashResult::default()).unwrap();
+        let v = serde_json::to_value(crate::result::BashResult::default()).unwrap();
         for k in out["required"].as_array().unwrap() {
             assert!(v.get(k.as_str().unwrap()).is_some(), "{k} missing");
         }

@@ -27,7 +27,7 @@ use rmpv::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::nvim::{json_to_msgpack, map, msgpack_to_json};
+use super::wire::{map, msgpack_to_json};
 
 type Writer = Compat<tokio::io::WriteHalf<tokio::net::UnixStream>>;
 
@@ -369,19 +369,6 @@ fn context_text(messages: &serde_json::Value) -> String {
         .map(|a| a.iter().filter_map(|m| m["content"].as_str()).collect())
         .unwrap_or_default();
     parts.join("\n\n")
-}
-
-/// A `done` event's result for the card, as the nvim mode sends it, plus `artifact_path`: the
-/// artifact is this server's, so the card reads the file instead of asking its own backend.
-pub fn result_value(
-    r: &crate::result::BashResult,
-    store: &crate::artifacts::ArtifactStore,
-) -> Value {
-    let mut v = serde_json::to_value(r).unwrap_or_default();
-    if let (Some(id), Some(m)) = (r.artifact_id, v.as_object_mut()) {
-        m.insert("artifact_path".into(), store.path(id).to_string_lossy().into_owned().into());
-    }
-    json_to_msgpack(&v)
 }
 
 #[cfg(test)]

@@ -1,4 +1,8 @@
 //! Entry points: each mode decodes its input, calls the library, and encodes the answer.
+//!
+//! What the modes share lives here (starting a runtime, request fields, pages of the session's
+//! record, undo) and in [`wire`], the one place a result, a card or an error takes a wire's
+//! shape; a mode imports nothing from another (only `mcp` uses its `mirror`).
 
 pub mod exec;
 pub mod explain;
@@ -9,13 +13,17 @@ pub mod mirror;
 pub mod nvim;
 pub mod rpc;
 pub mod sanitize;
+pub mod wire;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use std::sync::Arc;
 
-use crate::exec::{Runtime, Settings};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::exec::{Origin, Request, Runtime, Settings};
 use crate::shell::procs;
 
 /// The state root: the `state_dir` setting, else the platform state dir.
@@ -143,64 +151,178 @@ pub fn page_args(
 }
 
 /// A page of the agent's context (contract §10): `{messages: [{role = "user", content}], offset,
-/// total}`, oldest first. The record is read off the runtime thread.
-pub async fn context_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_json::Value {
+/// total}`, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextPage {
+    pub messages: Vec<Message>,
+    pub offset: usize,
+    pub total: usize,
+}
+
+/// One message of the agent's context.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Message {
+    pub role: &'static str,
+    pub content: String,
+}
+
+/// A page of the agent's context. The record is read off the runtime thread.
+pub async fn context_page(rt: &Runtime, offset: Option<usize>, limit: usize) -> ContextPage {
     let log = crate::session::SessionLog::new(rt.store().dir());
     let Ok(page) = tokio::task::spawn_blocking(move || log.context_page(offset, limit)).await
     else {
-        return serde_json::json!({"messages": [], "offset": 0, "total": 0});
+        return ContextPage { messages: Vec::new(), offset: 0, total: 0 };
     };
-    let messages: Vec<_> = page
-        .items
-        .into_iter()
-        .map(|content| serde_json::json!({"role": "user", "content": content}))
-        .collect();
-    serde_json::json!({"messages": messages, "offset": page.offset, "total": page.total})
+    let messages =
+        page.items.into_iter().map(|content| Message { role: "user", content }).collect();
+    ContextPage { messages, offset: page.offset, total: page.total }
 }
 
-/// A page of the session's recorded bang commands: `{runs, offset, total}`, oldest first. The
-/// record is read off the runtime thread.
-pub async fn history_json(rt: &Runtime, offset: Option<usize>, limit: usize) -> serde_json::Value {
+/// A page of the session's recorded bang commands: `{runs, offset, total}`, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryPage {
+    pub runs: Vec<crate::session::BashExecution>,
+    pub offset: usize,
+    pub total: usize,
+}
+
+/// A page of the session's recorded bang commands. The record is read off the runtime thread.
+pub async fn history_page(rt: &Runtime, offset: Option<usize>, limit: usize) -> HistoryPage {
     let log = crate::session::SessionLog::new(rt.store().dir());
     let Ok(page) = tokio::task::spawn_blocking(move || log.history_page(offset, limit)).await
     else {
-        return serde_json::json!({"runs": [], "offset": 0, "total": 0});
+        return HistoryPage { runs: Vec::new(), offset: 0, total: 0 };
     };
-    serde_json::json!({"runs": page.items, "offset": page.offset, "total": page.total})
+    HistoryPage { runs: page.items, offset: page.offset, total: page.total }
 }
 
-/// `undo` (contract §13) for the wires: the undo's result as JSON, or the refusal with the
-/// conflicting paths (`{conflicts: [...]}`) when files changed since.
-pub async fn undo_json(
+/// `undo` (contract §13) for the wires: the undo's result, or the refusal (naming the paths
+/// changed since, when that is why).
+pub async fn undo(
     rt: &Runtime,
     id: Option<u64>,
-) -> std::result::Result<serde_json::Value, (crate::changes::UndoError, Option<serde_json::Value>)>
-{
-    match rt.changes().undo(id).await {
-        Ok(done) => Ok(serde_json::to_value(&done).unwrap_or_default()),
-        Err(e) => {
-            let data = match &e {
-                crate::changes::UndoError::Conflict { paths, .. } => {
-                    Some(serde_json::json!({ "conflicts": paths }))
-                }
-                _ => None,
-            };
-            Err((e, data))
+) -> std::result::Result<crate::changes::UndoResult, wire::Failure> {
+    rt.changes().undo(id).await.map_err(wire::Failure::from)
+}
+
+/// A run's changes for a viewer (`:AgentBashDiff`): `{id, root, command, changes}` (every
+/// changed path).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunChanges {
+    pub id: u64,
+    pub root: PathBuf,
+    pub command: String,
+    pub changes: Vec<crate::changes::Change>,
+}
+
+/// The changes of run `id` (the newest run with changes without one), or an error when there
+/// is no such run.
+pub fn run_changes(
+    rt: &Runtime,
+    id: Option<u64>,
+) -> std::result::Result<RunChanges, wire::Failure> {
+    let rec = rt.changes().get(id).map_err(wire::Failure::from)?;
+    Ok(RunChanges {
+        id: rec.id,
+        root: rec.root.clone(),
+        command: rec.command.clone(),
+        changes: rec.changes(),
+    })
+}
+
+// Request decoding, shared by every mode that takes a command.
+
+/// A string field; absent and null are `None`.
+pub fn get_str(obj: &Map<String, Value>, k: &str) -> crate::Result<Option<String>> {
+    match obj.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(crate::Error::ParamType {
+            key: k.to_owned(),
+            want: "a string",
+            got: other.to_string(),
+        }),
+    }
+}
+
+/// A count (a non-negative integer); absent and null are `None`.
+pub fn get_count(obj: &Map<String, Value>, k: &str) -> crate::Result<Option<usize>> {
+    match obj.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| crate::Error::ParamType {
+            key: k.to_owned(),
+            want: "a non-negative integer",
+            got: v.to_string(),
+        }),
+    }
+}
+
+/// The timeout in seconds (contract §3); absent and null are `None`.
+pub fn get_timeout(obj: &Map<String, Value>) -> crate::Result<Option<f64>> {
+    match obj.get("timeout") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => {
+            crate::validate::parse_timeout(v).map(|t| Some(t.clamped_from.unwrap_or(t.secs)))
         }
     }
 }
 
-/// A run's changes for a viewer (`:AgentBashDiff`): `{id, root, command, changes}` (every
-/// changed path), or an error when there is no such run.
-pub fn changes_json(
-    rt: &Runtime,
-    id: Option<u64>,
-) -> std::result::Result<serde_json::Value, crate::changes::UndoError> {
-    let rec = rt.changes().get(id)?;
-    Ok(serde_json::json!({
-        "id": rec.id,
-        "root": rec.root,
-        "command": rec.command,
-        "changes": rec.changes(),
-    }))
+/// A command request from its fields (every mode that takes one).
+pub fn request_from(obj: &Map<String, Value>, origin: Origin) -> crate::Result<Request> {
+    use crate::Error::ParamShape;
+    let command = get_str(obj, "command")?.ok_or(crate::Error::ParamMissing("command"))?;
+    let tools = match obj.get("tools") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|t| {
+                    let strings = ParamShape { key: "tools", want: "strings" };
+                    t.as_str().map(str::to_string).ok_or(strings)
+                })
+                .collect::<crate::Result<Vec<_>>>()?,
+        ),
+        Some(_) => return Err(ParamShape { key: "tools", want: "an array of strings" }),
+    };
+    Ok(Request {
+        origin,
+        command,
+        timeout: get_timeout(obj)?,
+        cwd: get_str(obj, "cwd")?,
+        head: get_count(obj, "head")?,
+        tail: get_count(obj, "tail")?,
+        tools,
+        session_key: get_str(obj, "session_key")?,
+        display: false,
+        pty: match obj.get("pty") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(ParamShape { key: "pty", want: "a boolean" }),
+        },
+        profile: get_str(obj, "profile")?,
+    })
+}
+
+/// Our stdin. When it is a pipe (the usual case for an agent talking to us), read it through
+/// the event loop directly: tokio's `stdin()` goes through a blocking thread, a thread hop on
+/// every request.
+pub fn stdio_reader() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
+    match dup_fd(0).map(tokio::net::unix::pipe::Receiver::from_owned_fd) {
+        Some(Ok(rx)) => Box::new(rx),
+        _ => Box::new(tokio::io::stdin()),
+    }
+}
+
+/// Our stdout, for the same reason as [`stdio_reader`].
+pub fn stdio_writer() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
+    match dup_fd(1).map(tokio::net::unix::pipe::Sender::from_owned_fd) {
+        Some(Ok(tx)) => Box::new(tx),
+        _ => Box::new(tokio::io::stdout()),
+    }
+}
+
+fn dup_fd(fd: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: dup of a standard descriptor; the new fd is owned by the returned value.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    (new >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(new) })
 }

@@ -44,7 +44,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::frame;
-use crate::display::{style_json, StyledLine};
+use super::wire::{self, done_event, map, msgpack_to_json, update_event, Failure};
 use crate::exec::{LiveUpdate, Origin, Runtime, Settings, UpdateFn};
 use crate::pty::{OutputFn, PtyControl, PtyHooks, TermSize};
 use crate::Result;
@@ -174,11 +174,11 @@ impl Handler for Backend {
             "get_context" | "history" => {
                 let (offset, limit) =
                     super::page_args(&params).map_err(|e| Value::from(format!("{name}: {e}")))?;
-                Ok(json_to_msgpack(&if name == "history" {
-                    super::history_json(&self.rt, offset, limit).await
+                Ok(if name == "history" {
+                    wire::msgpack(&super::history_page(&self.rt, offset, limit).await)
                 } else {
-                    super::context_json(&self.rt, offset, limit).await
-                }))
+                    wire::msgpack(&super::context_page(&self.rt, offset, limit).await)
+                })
             }
             "artifact_path" => {
                 let url = match params.get("url") {
@@ -192,7 +192,7 @@ impl Handler for Backend {
                 };
                 crate::artifacts::resolve_path(Some(self.rt.store()), url)
                     .map(|p| Value::from(p.to_string_lossy().as_ref()))
-                    .map_err(|e| Value::from(e.to_string()))
+                    .map_err(|e| Failure::from(e).msgpack())
             }
             // contract §13: `undo {id?}`, `undo_check {id?}`, `changes {id?}`, `changes_before {id, path}`.
             "undo" | "undo_check" | "changes" | "changes_before" => {
@@ -205,19 +205,19 @@ impl Handler for Backend {
                     })?),
                 };
                 match name.as_str() {
-                    "undo" => match super::undo_json(&self.rt, id).await {
-                        Ok(done) => Ok(json_to_msgpack(&done)),
-                        // The refusal's text names the paths changed since.
-                        Err((e, _)) => Err(Value::from(e.to_string())),
-                    },
+                    // The refusal's text names the paths changed since.
+                    "undo" => super::undo(&self.rt, id)
+                        .await
+                        .map(|done| wire::msgpack(&done))
+                        .map_err(|f| f.msgpack()),
                     // nil when `undo` would happen now, else its refusal's text.
                     "undo_check" => match self.rt.changes().check_undo(id).await {
                         Ok(()) => Ok(Value::Nil),
-                        Err(e) => Err(Value::from(e.to_string())),
+                        Err(e) => Err(Failure::from(e).msgpack()),
                     },
-                    "changes" => super::changes_json(&self.rt, id)
-                        .map(|v| json_to_msgpack(&v))
-                        .map_err(|e| Value::from(e.to_string())),
+                    "changes" => super::run_changes(&self.rt, id)
+                        .map(|c| wire::msgpack(&c))
+                        .map_err(|f| f.msgpack()),
                     _ => {
                         let path = params.get("path").and_then(|p| p.as_str()).unwrap_or("");
                         let id =
@@ -228,7 +228,7 @@ impl Handler for Backend {
                                 ("content", Value::Binary(bytes)),
                             ])),
                             Ok(None) => Ok(map(vec![("exists", Value::from(false))])),
-                            Err(e) => Err(Value::from(e.to_string())),
+                            Err(e) => Err(Failure::from(e).msgpack()),
                         }
                     }
                 }
@@ -250,7 +250,7 @@ impl Handler for Backend {
                 // A run the editor is waiting for ends with the error on its card.
                 let run_id = (name == "run").then(|| raw_field_i64(&args, "id")).flatten();
                 return match run_id {
-                    Some(id) => send(&nvim, error_event(id, &msg)).await,
+                    Some(id) => send(&nvim, Failure::from(msg).event(id)).await,
                     None => protocol_error(&nvim, msg),
                 };
             }
@@ -344,7 +344,7 @@ impl Backend {
             if let Ok(mut runs) = self.runs.lock() {
                 runs.remove(&id);
             }
-            error_event(id, &msg)
+            Failure::from(msg).event(id)
         };
         let origin = match params.get("origin").and_then(|v| v.as_str()) {
             Some("tool") => Origin::Tool,
@@ -354,7 +354,7 @@ impl Backend {
                 return send(&nvim, refuse(msg)).await;
             }
         };
-        let mut req = match super::rpc::request_from(&params, origin) {
+        let mut req = match super::request_from(&params, origin) {
             Ok(r) => r,
             Err(e) => return send(&nvim, refuse(e.to_string())).await,
         };
@@ -366,7 +366,7 @@ impl Backend {
         if params.get("local_cwd").and_then(|v| v.as_bool()) == Some(true)
             && matches!(self.rt.remote_profile(&req), Ok(Some(_)))
         {
-            req.cwd = match super::rpc::get_str(&params, "remote_cwd") {
+            req.cwd = match super::get_str(&params, "remote_cwd") {
                 Ok(c) => c,
                 Err(e) => return send(&nvim, refuse(e.to_string())).await,
             };
@@ -411,17 +411,7 @@ impl Backend {
                     if let Ok(mut runs) = self.runs.lock() {
                         runs.remove(&id);
                     }
-                    let result =
-                        json_to_msgpack(&serde_json::to_value(&blocked).unwrap_or_default());
-                    return send(
-                        &nvim,
-                        map(vec![
-                            ("type", Value::from("done")),
-                            ("id", Value::from(id)),
-                            ("result", result),
-                        ]),
-                    )
-                    .await;
+                    return send(&nvim, done_event(id, wire::msgpack(&blocked), None)).await;
                 }
                 Err(e) => {
                     drop(on_update);
@@ -429,7 +419,7 @@ impl Backend {
                     if let Ok(mut runs) = self.runs.lock() {
                         runs.remove(&id);
                     }
-                    return send(&nvim, error_event(id, &e.to_string())).await;
+                    return send(&nvim, Failure::from(e).event(id)).await;
                 }
             }
         }
@@ -443,7 +433,8 @@ impl Backend {
                     if let Ok(mut runs) = self.runs.lock() {
                         runs.remove(&id);
                     }
-                    return send(&nvim, error_event(id, &format!("PTY error: {e}"))).await;
+                    let failure = Failure::from(format!("PTY error: {e}"));
+                    return send(&nvim, failure.event(id)).await;
                 }
             }
         } else {
@@ -476,25 +467,11 @@ impl Backend {
                     .done()
                     .await;
                 }
-                // With head/tail limits the model sees a selection of the stream, not its end:
-                // the card shows that selection (without colours) rather than the stream's tail.
-                let selected = |n: &serde_json::Value| !n["head"].is_null() || !n["tail"].is_null();
-                let lines = if limited || result.normalized.as_ref().is_some_and(selected) {
-                    let mut d = crate::display::Display::new();
-                    d.push(&result.text, &[]);
-                    d.last(crate::display::MAX_LINES, "")
-                } else {
-                    last.lock().ok().and_then(|mut l| l.take()).map(|u| u.lines).unwrap_or_default()
-                };
-                let mut ev = vec![
-                    ("type", Value::from("done")),
-                    ("id", Value::from(id)),
-                    ("result", json_to_msgpack(&serde_json::to_value(&result).unwrap_or_default())),
-                ];
-                ev.extend(lines_and_hl(&lines));
-                map(ev)
+                let last = last.lock().ok().and_then(|mut l| l.take());
+                let lines = wire::card_lines(&result, limited, last);
+                done_event(id, wire::msgpack(&result), Some(&lines))
             }
-            Err(e) => error_event(id, &e.to_string()),
+            Err(e) => Failure::from(e).event(id),
         };
         send(&nvim, ev).await;
     }
@@ -629,47 +606,6 @@ async fn send(nvim: &Nvim, ev: Value) {
     }
 }
 
-pub(crate) fn error_event(id: i64, message: &str) -> Value {
-    map(vec![
-        ("type", Value::from("error")),
-        ("id", Value::from(id)),
-        ("message", Value::from(message)),
-    ])
-}
-
-pub(crate) fn update_event(id: i64, u: &LiveUpdate, elapsed_ms: u64) -> Value {
-    let mut ev = vec![
-        ("type", Value::from("update")),
-        ("id", Value::from(id)),
-        ("total_lines", Value::from(u.total_lines)),
-        ("total_bytes", Value::from(u.total_bytes)),
-        ("elapsed_ms", Value::from(elapsed_ms)),
-    ];
-    ev.extend(lines_and_hl(&u.lines));
-    map(ev)
-}
-
-/// `lines` (as shown, clamped) and `hl` (`{row0, col_start, col_end, style}`) for Lua.
-pub(crate) fn lines_and_hl(lines: &[StyledLine]) -> [(&'static str, Value); 2] {
-    let mut hl = Vec::new();
-    for (row, line) in lines.iter().enumerate() {
-        for sp in &line.spans {
-            hl.push(Value::Array(vec![
-                Value::from(row as u64),
-                Value::from(sp.start as u64),
-                Value::from(sp.end as u64),
-                json_to_msgpack(&style_json(&sp.style)),
-            ]));
-        }
-    }
-    let text = lines.iter().map(|l| Value::from(l.shown())).collect();
-    [("lines", Value::Array(text)), ("hl", Value::Array(hl))]
-}
-
-pub(crate) fn map(entries: Vec<(&str, Value)>) -> Value {
-    Value::Map(entries.into_iter().map(|(k, v)| (Value::from(k), v)).collect())
-}
-
 /// Why a PTY run got no terminal view in the editor.
 #[derive(Debug, thiserror::Error)]
 enum NoTerminalView {
@@ -772,63 +708,5 @@ async fn guard_input(
     }
     if framer.in_message() {
         tracing::warn!("input from Neovim ended inside a message: dropped");
-    }
-}
-
-pub(crate) fn msgpack_to_json(v: &Value) -> serde_json::Value {
-    use serde_json::Value as J;
-    match v {
-        Value::Nil => J::Null,
-        Value::Boolean(b) => J::Bool(*b),
-        Value::Integer(i) => {
-            i.as_i64().map(J::from).or_else(|| i.as_u64().map(J::from)).unwrap_or(J::Null)
-        }
-        // NaN and infinities have no JSON number: keep them as text, so that validation rejects
-        // them (a NaN timeout is an error, not "no timeout").
-        Value::F32(f) => float_json(f64::from(*f)),
-        Value::F64(f) => float_json(*f),
-        Value::String(s) => J::String(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        Value::Binary(b) => J::String(String::from_utf8_lossy(b).into_owned()),
-        Value::Array(a) => J::Array(a.iter().map(msgpack_to_json).collect()),
-        Value::Map(m) => J::Object(
-            m.iter()
-                .filter_map(|(k, v)| {
-                    let key = match k {
-                        Value::String(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-                        other => other.to_string(),
-                    };
-                    // vim.NIL and absent keys mean the same: not given.
-                    (!v.is_nil()).then(|| (key, msgpack_to_json(v)))
-                })
-                .collect(),
-        ),
-        Value::Ext(_, _) => J::Null,
-    }
-}
-
-fn float_json(f: f64) -> serde_json::Value {
-    serde_json::Number::from_f64(f)
-        .map_or_else(|| serde_json::Value::String(f.to_string()), serde_json::Value::Number)
-}
-
-pub(crate) fn json_to_msgpack(v: &serde_json::Value) -> Value {
-    use serde_json::Value as J;
-    match v {
-        J::Null => Value::Nil,
-        J::Bool(b) => Value::from(*b),
-        J::Number(n) => n
-            .as_i64()
-            .map(Value::from)
-            .or_else(|| n.as_u64().map(Value::from))
-            .or_else(|| n.as_f64().map(Value::from))
-            .unwrap_or(Value::Nil),
-        J::String(s) => Value::from(s.as_str()),
-        J::Array(a) => Value::Array(a.iter().map(json_to_msgpack).collect()),
-        J::Object(m) => Value::Map(
-            m.iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (Value::from(k.as_str()), json_to_msgpack(v)))
-                .collect(),
-        ),
     }
 }

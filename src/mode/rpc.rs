@@ -13,8 +13,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::{LiveUpdate, Origin, Request, Runtime, Settings, UpdateFn};
-use crate::result::BashResult;
+use super::wire::{self, rpc_parse_error as parse_error, rpc_response, Failure};
+use super::{get_count, request_from};
+use crate::exec::{LiveUpdate, Origin, Runtime, Settings, UpdateFn};
 use crate::Result;
 
 /// Flags of `agent-bash rpc`.
@@ -65,7 +66,7 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
     tokio::spawn(rt.clone().evict_loop());
     let (tx, mut rx) = mpsc::channel::<String>(OUT_QUEUE);
     let writer = tokio::spawn(async move {
-        let mut stdout = stdio_writer();
+        let mut stdout = super::stdio_writer();
         while let Some(mut line) = rx.recv().await {
             line.push('\n');
             if stdout.write_all(line.as_bytes()).await.is_err() {
@@ -86,7 +87,7 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
     });
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_RUNNING));
     let mut tasks = tokio::task::JoinSet::new();
-    let mut lines = BufReader::with_capacity(64 * 1024, stdio_reader());
+    let mut lines = BufReader::with_capacity(64 * 1024, super::stdio_reader());
     let mut buf = Vec::new();
     let signal = super::wait_for_signal();
     tokio::pin!(signal);
@@ -146,31 +147,6 @@ pub async fn run(args: RpcArgs) -> Result<i32> {
     drop(state);
     let _ = tokio::time::timeout(EXIT_DEADLINE, writer).await;
     Ok(0)
-}
-
-/// Our stdin. When it is a pipe (the usual case for an agent talking to us), read it through
-/// the event loop directly: tokio's `stdin()` goes through a blocking thread, a thread hop on
-/// every request.
-pub(crate) fn stdio_reader() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
-    match dup_fd(0).map(tokio::net::unix::pipe::Receiver::from_owned_fd) {
-        Some(Ok(rx)) => Box::new(rx),
-        _ => Box::new(tokio::io::stdin()),
-    }
-}
-
-/// Our stdout, for the same reason as [`stdio_reader`].
-pub(crate) fn stdio_writer() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
-    match dup_fd(1).map(tokio::net::unix::pipe::Sender::from_owned_fd) {
-        Some(Ok(tx)) => Box::new(tx),
-        _ => Box::new(tokio::io::stdout()),
-    }
-}
-
-fn dup_fd(fd: i32) -> Option<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: dup of a standard descriptor; the new fd is owned by the returned value.
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-    (new >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(new) })
 }
 
 /// What [`read_line`] found.
@@ -251,37 +227,12 @@ async fn send(out: &Out, v: Value) {
     let _ = out.send(v.to_string()).await;
 }
 
-fn parse_error(id: Option<&Value>, msg: &str) -> Value {
-    let mut v = json!({"type": "response", "command": "parse", "success": false,
-        "error": format!("Failed to parse command: {msg}")});
-    if let Some(id) = id {
-        v["id"] = id.clone();
-    }
-    v
-}
-
 fn response<E: std::fmt::Display>(
     id: Option<&Value>,
     command: &str,
     result: std::result::Result<Option<Value>, E>,
 ) -> Value {
-    let mut v = json!({"type": "response", "command": command});
-    if let Some(id) = id {
-        v["id"] = id.clone();
-    }
-    match result {
-        Ok(data) => {
-            v["success"] = json!(true);
-            if let Some(d) = data {
-                v["data"] = d;
-            }
-        }
-        Err(e) => {
-            v["success"] = json!(false);
-            v["error"] = json!(e.to_string());
-        }
-    }
-    v
+    rpc_response(id, command, result.map_err(|e| Failure::from(e.to_string())))
 }
 
 /// A request line decoded: its id (when it has one), its type and its fields.
@@ -322,9 +273,9 @@ async fn handle(state: &Arc<State>, line: &str) {
         "get_context" | "history" => {
             let res = match super::page_args(obj) {
                 Ok((offset, limit)) => Ok(Some(if kind == "history" {
-                    super::history_json(&state.rt, offset, limit).await
+                    wire::json(&super::history_page(&state.rt, offset, limit).await)
                 } else {
-                    super::context_json(&state.rt, offset, limit).await
+                    wire::json(&super::context_page(&state.rt, offset, limit).await)
                 })),
                 Err(e) => Err(e),
             };
@@ -347,20 +298,12 @@ async fn handle(state: &Arc<State>, line: &str) {
             // contract §13: `changes_id` (absent: the newest run with changes).
             let v = match get_count(obj, "changes_id") {
                 Ok(changes_id) => {
-                    match super::undo_json(&state.rt, changes_id.map(|n| n as u64)).await {
-                        Ok(done) => response::<crate::changes::UndoError>(
-                            id.as_ref(),
-                            "undo",
-                            Ok(Some(camel(done))),
-                        ),
-                        Err((e, data)) => {
-                            let mut v = response(id.as_ref(), "undo", Err(e));
-                            if let Some(d) = data {
-                                v["data"] = d;
-                            }
-                            v
-                        }
-                    }
+                    let done = super::undo(&state.rt, changes_id.map(|n| n as u64)).await;
+                    rpc_response(
+                        id.as_ref(),
+                        "undo",
+                        done.map(|d| Some(wire::camel(wire::json(&d)))),
+                    )
                 }
                 Err(e) => response(id.as_ref(), "undo", Err(e)),
             };
@@ -404,72 +347,6 @@ fn id_key(v: &Value) -> String {
     }
 }
 
-pub(crate) fn get_str(obj: &Map<String, Value>, k: &str) -> crate::Result<Option<String>> {
-    match obj.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(crate::Error::ParamType {
-            key: k.to_owned(),
-            want: "a string",
-            got: other.to_string(),
-        }),
-    }
-}
-
-fn get_count(obj: &Map<String, Value>, k: &str) -> crate::Result<Option<usize>> {
-    match obj.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| crate::Error::ParamType {
-            key: k.to_owned(),
-            want: "a non-negative integer",
-            got: v.to_string(),
-        }),
-    }
-}
-
-fn get_timeout(obj: &Map<String, Value>) -> crate::Result<Option<f64>> {
-    match obj.get("timeout") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => {
-            crate::validate::parse_timeout(v).map(|t| Some(t.clamped_from.unwrap_or(t.secs)))
-        }
-    }
-}
-
-pub fn request_from(obj: &Map<String, Value>, origin: Origin) -> crate::Result<Request> {
-    use crate::Error::ParamShape;
-    let command = get_str(obj, "command")?.ok_or(crate::Error::ParamMissing("command"))?;
-    let tools = match obj.get("tools") {
-        None | Some(Value::Null) => None,
-        Some(Value::Array(a)) => Some(
-            a.iter()
-                .map(|t| {
-                    let strings = ParamShape { key: "tools", want: "strings" };
-                    t.as_str().map(str::to_string).ok_or(strings)
-                })
-                .collect::<crate::Result<Vec<_>>>()?,
-        ),
-        Some(_) => return Err(ParamShape { key: "tools", want: "an array of strings" }),
-    };
-    Ok(Request {
-        origin,
-        command,
-        timeout: get_timeout(obj)?,
-        cwd: get_str(obj, "cwd")?,
-        head: get_count(obj, "head")?,
-        tail: get_count(obj, "tail")?,
-        tools,
-        session_key: get_str(obj, "session_key")?,
-        display: false,
-        pty: match obj.get("pty") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(ParamShape { key: "pty", want: "a boolean" }),
-        },
-        profile: get_str(obj, "profile")?,
-    })
-}
-
 async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
     let req = match request_from(obj, Origin::Bang) {
         Ok(r) => r,
@@ -498,8 +375,8 @@ async fn bash(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Value>) {
         }
         Err(_) => None,
     };
-    let res = res.map(|r| Some(camel(to_value(&r))));
-    let answer = response(id.as_ref(), "bash", res).to_string();
+    let res = res.map(|r| Some(wire::rpc_result(&r))).map_err(Failure::from);
+    let answer = rpc_response(id.as_ref(), "bash", res).to_string();
     if let Some(record) = record {
         record.done().await;
     }
@@ -559,43 +436,14 @@ async fn tool_call(state: &Arc<State>, id: Option<Value>, obj: &Map<String, Valu
         t.remove(&key);
     }
     let (result, is_error) = match &res {
-        Ok(r) => (camel(to_value(r)), r.is_error),
-        Err(e) => (json!({"output": e.to_string()}), true),
+        Ok(r) => (wire::rpc_result(r), r.is_error),
+        Err(e) => (Failure::from(e).rpc_result(), true),
     };
     let mut end = json!({"type": "tool_execution_end", "toolName": "bash", "result": result, "isError": is_error});
     if let Some(id) = &id {
         end["id"] = id.clone();
     }
     send(&state.out, end).await;
-    let res = res.map(|r| Some(camel(to_value(&r))));
-    send(&state.out, response(id.as_ref(), "tool_call", res)).await;
-}
-
-fn to_value(r: &BashResult) -> Value {
-    serde_json::to_value(r).unwrap_or(Value::Null)
-}
-
-/// snake_case keys → camelCase, recursively, nulls dropped (the reference's wire uses camelCase
-/// and omits absent values). Not serde's `rename_all`: the same `BashResult` is snake_case for
-/// Neovim and `exec --json`, and its nested records (truncation, normalized, blocked) are camelCase
-/// here too; the key conversion itself is `heck`'s.
-pub fn camel(v: Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.into_iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (camel_key(k), camel(v)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.into_iter().map(camel).collect()),
-        other => other,
-    }
-}
-
-fn camel_key(k: String) -> String {
-    // A one-word key (`output`, `cancelled`) is its own camelCase: kept without a rewrite.
-    if k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
-        return k;
-    }
-    heck::ToLowerCamelCase::to_lower_camel_case(k.as_str())
+    let res = res.map(|r| Some(wire::rpc_result(&r))).map_err(Failure::from);
+    send(&state.out, rpc_response(id.as_ref(), "tool_call", res)).await;
 }

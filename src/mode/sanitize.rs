@@ -72,8 +72,7 @@ pub fn run(args: SanitizeArgs) -> crate::Result<i32> {
         shape(sink.finish(), &Outcome::Exited(0), started.elapsed(), args.max_bytes as u64);
     let mut stdout = std::io::stdout().lock();
     if args.json {
-        let json =
-            serde_json::to_string(&result).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let json = super::wire::result_line(&result, false)?;
         writeln!(stdout, "{json}")?;
     } else {
         stdout.write_all(result.output.as_bytes())?;
