@@ -1,4 +1,6 @@
-//! ToolCall → BashResult: the pipeline in one readable function ([`Runtime::run`]).
+//! ToolCall → BashResult: a call prepared once ([`crate::prepare`]), then run from that value
+//! in a shell session (pipes), a PTY ([`pty_path`]) or a remote shell ([`remote_path`])
+//! ([`Runtime::run`]).
 
 mod pty_path;
 pub mod remote_path;
@@ -16,13 +18,14 @@ use tokio_util::sync::CancellationToken;
 use crate::artifacts::ArtifactStore;
 use crate::display::{self, Display, StyledLine};
 use crate::fence::{Fence, SandboxMode};
-use crate::intercept::Interceptor;
-use crate::normalize::{self, Normalized};
+use crate::normalize::Normalized;
+use crate::prepare::{Place, Preparer};
+pub use crate::prepare::{Prep, Prepared, Request, BANG_KEY, DEFAULT_KEY, MAX_KEY_BYTES};
 use crate::pty;
 use crate::result::{self, BashResult, Outcome};
 use crate::sanitize::Sanitizer;
 use crate::sink::{Sink, SinkConfig, Throttle, LIVE_UPDATE_INTERVAL};
-use crate::validate;
+use crate::validate::Timeout;
 use crate::{Error, Result};
 
 use crate::shell::local::{self as shell, Ending, Shell, ShellConfig};
@@ -37,28 +40,6 @@ const LOST_KEPT: usize = 256;
 /// How often idle shell sessions are looked for.
 const EVICT_EVERY: Duration = Duration::from_secs(30);
 
-/// One command to run.
-#[derive(Debug, Clone, Default)]
-pub struct Request {
-    pub origin: Origin,
-    pub command: String,
-    /// Seconds; validated and clamped for tool calls (default 300); bang commands have none
-    /// unless given.
-    pub timeout: Option<f64>,
-    pub cwd: Option<String>,
-    pub head: Option<usize>,
-    pub tail: Option<usize>,
-    pub tools: Option<Vec<String>>,
-    pub session_key: Option<String>,
-    /// Keep styled display lines for live updates (Neovim cards).
-    pub display: bool,
-    /// Run in a PTY whatever the selection rules say (contract §6: `exec --pty`, `:AgentBashTerm`).
-    pub pty: bool,
-    /// The remote profile to run under (contract §12); `None`: `default_profile`, else this machine.
-    pub profile: Option<String>,
-}
-
-/// A live update while a command runs: the current tail (bounded) and the counters.
 /// What `:checkhealth` says about the shell ([`Runtime::shell_report`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShellReport {
@@ -71,6 +52,7 @@ pub struct ShellReport {
     pub snapshot: String,
 }
 
+/// A live update while a command runs: the current tail (bounded) and the counters.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LiveUpdate {
     pub tail: String,
@@ -85,13 +67,6 @@ pub struct LiveUpdate {
 
 /// Receives throttled live updates.
 pub type UpdateFn = Arc<dyn Fn(LiveUpdate) + Send + Sync>;
-
-/// Session key used by tool calls that do not name one.
-pub const DEFAULT_KEY: &str = "default";
-/// Session key of the user's own commands (contract §5: "bang commands use the editor session's
-/// key"): a long `:AgentBash npm run dev` never holds up the agent's shell, and the user's
-/// `export`s stay out of it. Commands that run side by side get `bang.2`, `bang.3`, … (§8.2).
-pub const BANG_KEY: &str = "bang";
 
 #[derive(Default)]
 struct Slot {
@@ -124,13 +99,13 @@ impl Slot {
 /// The runtime shared by every mode: settings, shell sessions, artifacts, process hygiene.
 pub struct Runtime {
     settings: Settings,
-    interceptor: Interceptor,
+    /// What preparing a call needs (contract §1–§3, §13): [`Runtime::prepare`].
+    prep: Preparer,
     /// For tool calls: no handle on the editor in the environment ([`EDITOR_HANDLES`]).
     shell_cfg: ShellConfig,
     /// The environment of bang commands: the editor's, handles included (as `:!` has them).
     bang_env: Vec<(OsString, OsString)>,
     store: Arc<ArtifactStore>,
-    base_dir: PathBuf,
     snapshots: Arc<snapshot::Snapshots>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
     /// Keys whose freed slot had lost its shell: their next call says `shell_restarted`.
@@ -151,12 +126,6 @@ pub struct Runtime {
     remote: remote_path::Pool,
     /// Change receipts and undo (contract §13).
     changes: Arc<crate::changes::Receipts>,
-    /// The fence's root (contract §13: `sandbox_root`, else the start directory's project).
-    fence_root: PathBuf,
-    /// What every fence may write besides the root: the shells' temp dir, `sandbox_writable`.
-    fence_extra: Vec<PathBuf>,
-    /// Why a `workspace-write` (first) or `read-only` (second) fence cannot hold here.
-    fence_refusal: [Option<String>; 2],
     _runtime_dir: crate::shell::rundir::RunDir,
 }
 
@@ -207,23 +176,10 @@ impl Runtime {
         runtime_dir.sweep_in_background(base);
         // What a fenced shell must not be able to write; a fence that would is refused.
         let own = [runtime_dir.path().to_path_buf(), state_root.clone(), session_dir.clone()];
-        let refusal = |mode| {
-            let f = Fence::new(mode, &fence_root, &fence_extra, true)?;
-            let (p, w) = f.exposes(&own)?;
-            Some(format!(
-                "the fence would let commands write agent-bash's own files ({} lies in the writable {}); set `sandbox_root` (or `sandbox_writable`, `state_dir`) so that they do not overlap; the command was not run",
-                p.display(),
-                w.display()
-            ))
-        };
-        let fence_refusal = [
-            refusal(SandboxMode::WorkspaceWrite).filter(|_| settings.fences_any()),
-            refusal(SandboxMode::ReadOnly).filter(|_| settings.fences_any()),
-        ];
         let owner = shell::nonce();
-        let interceptor = Interceptor::new(&settings.interceptor);
+        let prep = Preparer::new(&settings, base_dir, &shell, (fence_root, fence_extra), &own);
         Ok(Runtime {
-            interceptor,
+            prep,
             shell_cfg: ShellConfig {
                 shell,
                 env,
@@ -236,7 +192,6 @@ impl Runtime {
             },
             bang_env,
             store: Arc::new(ArtifactStore::new(session_dir.clone())),
-            base_dir,
             snapshots: Arc::new(snapshot::Snapshots::new(Some(
                 settings
                     .state_dir
@@ -260,9 +215,6 @@ impl Runtime {
                 session_dir.clone(),
                 runtime_dir.path().to_path_buf(),
             )),
-            fence_root,
-            fence_extra,
-            fence_refusal,
             _runtime_dir: runtime_dir,
             settings,
         })
@@ -295,25 +247,22 @@ impl Runtime {
         self.ui_attached.load(Ordering::Relaxed)
     }
 
-    /// The checks a command passes before it runs (contract §1–§3): `Err` for bad input, `Some` with
-    /// the blocked result when interception stops it, `None` when it would run.
+    /// Prepares `req` once ([`crate::prepare`], contract §1–§3, §5, §6, §12, §13): `Err` for bad
+    /// input, [`Prep::Blocked`] with the result when interception stops it, else the command
+    /// [`Runtime::run_prepared`] runs. A caller that must know first whether the command runs
+    /// (a terminal view opens only for one that does) hands the same value on.
+    pub fn prepare(&self, req: Request) -> Result<Prep> {
+        self.prep.prepare(&self.settings, req, self.ui_attached())
+    }
+
+    /// The checks a command passes before it runs (contract §1–§3), as [`Runtime::prepare`]
+    /// makes them: `Err` for bad input, `Some` with the blocked result when interception stops
+    /// it, `None` when it would run.
     pub fn precheck(&self, req: &Request) -> Result<Option<BashResult>> {
-        check_key(req)?;
-        if req.origin == Origin::Tool {
-            let norm =
-                normalize::normalize_in(self.dialect(), &req.command, req.head, req.tail, false);
-            if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
-                return Ok(Some(blocked_result(block, Duration::ZERO)));
-            }
-        }
-        // A remote cwd is checked on the remote side (contract §12).
-        if self.remote_profile(req)?.is_none() {
-            validate::resolve_cwd(&self.base_dir, req.cwd.as_deref())?;
-        }
-        if !(req.origin == Origin::Bang && req.timeout.is_none()) {
-            validate::timeout_from_secs(req.timeout)?;
-        }
-        Ok(None)
+        Ok(match self.prepare(req.clone())? {
+            Prep::Blocked(r) => Some(*r),
+            Prep::Run(_) => None,
+        })
     }
 
     /// Runs one command through the whole pipeline. `Err` only for bad input (cwd, timeout);
@@ -327,8 +276,7 @@ impl Runtime {
         self.run_with(req, cancel, on_update, pty::PtyHooks::default()).await
     }
 
-    /// [`Runtime::run`] with the hooks a PTY run uses if the command gets one. A command that
-    /// runs gets a change receipt (contract §13): snapshots of its project before and after.
+    /// [`Runtime::run`] with the hooks a PTY run uses if the command gets one.
     pub async fn run_with(
         &self,
         req: Request,
@@ -336,158 +284,82 @@ impl Runtime {
         on_update: Option<UpdateFn>,
         hooks: pty::PtyHooks,
     ) -> Result<BashResult> {
-        check_key(&req)?;
-        if let Some(profile) = self.remote_profile(&req)? {
-            // Remote files are not this machine's: no local change receipt.
-            return self.remote_path(req, profile, cancel, on_update).await;
+        match self.prepare(req)? {
+            Prep::Blocked(r) => Ok(*r),
+            Prep::Run(p) => self.run_prepared(*p, cancel, on_update, hooks).await,
         }
-        // The precheck only decides whether a receipt starts: with receipts off it is skipped.
-        let receipt = if self.changes.enabled() && matches!(self.precheck(&req), Ok(None)) {
-            match validate::resolve_cwd(&self.base_dir, req.cwd.as_deref()) {
-                Ok(cwd) => self.changes.begin(&cwd).await,
-                Err(_) => crate::changes::Begin::Off,
-            }
-        } else {
-            crate::changes::Begin::Off
-        };
-        let (command, note) = (req.command.clone(), req.origin == Origin::Tool);
-        let mut r = self.run_pipeline(req, cancel, on_update, hooks).await?;
-        if r.blocked.is_none() {
-            r.set_receipt(self.changes.finish(receipt, &command).await, note);
-        }
-        Ok(r)
     }
 
-    /// The pipeline of one command (§1–§7), without the change receipt.
-    async fn run_pipeline(
+    /// Runs a prepared command: in a remote session, a PTY or a shell session of its key. A
+    /// command that runs on this machine gets a change receipt (contract §13): snapshots of its
+    /// project before and after.
+    pub async fn run_prepared(
         &self,
-        req: Request,
+        p: Prepared,
         cancel: CancellationToken,
         on_update: Option<UpdateFn>,
         hooks: pty::PtyHooks,
     ) -> Result<BashResult> {
-        let started = Instant::now();
-        let use_pty = self.wants_pty(&req);
-        // §1 normalize and §2 intercept: tool calls only; the user's own commands run verbatim.
-        let norm = match (req.origin, use_pty) {
-            (Origin::Tool, pty) => {
-                normalize::normalize_in(self.dialect(), &req.command, req.head, req.tail, pty)
+        let (cwd, fence, pty) = match &p.place {
+            // Remote files are not this machine's: no local change receipt.
+            Place::Remote { profile, argv, cwd } => {
+                let at = (profile.as_str(), argv.as_slice(), cwd.as_deref());
+                return self.remote_path(&p, at, cancel, on_update).await;
             }
-            (Origin::Bang, _) => Normalized::verbatim(&req.command, req.head, req.tail),
+            Place::Local { cwd, fence, pty } => (cwd.as_path(), fence.as_ref(), *pty),
         };
-        if req.origin == Origin::Tool {
-            if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
-                return Ok(blocked_result(block, started.elapsed()));
-            }
-        }
-        // §3 validate.
-        let cwd = validate::resolve_cwd(&self.base_dir, req.cwd.as_deref())?;
-        let timeout = match (req.origin, req.timeout) {
-            (Origin::Bang, None) => None,
-            (_, t) => Some(validate::timeout_from_secs(t)?),
+        let receipt = match self.changes.enabled() {
+            true => self.changes.begin(cwd).await,
+            false => crate::changes::Begin::Off,
         };
-        if norm.command.is_empty() {
-            return Err(Error::InvalidInput("command is empty".into()));
-        }
-        // §13 the fence of a tool call's shell, refused outright without kernel support.
-        let fence = self.fence_for(&req)?;
-        // §6 PTY or pipes.
-        if use_pty {
-            let job = pty_path::PtyJob {
-                norm: &norm,
-                cwd: &cwd,
-                timeout,
-                started,
-                origin: req.origin,
-                fence: fence.as_ref(),
-                display: req.display,
-            };
-            let mut r = self.pty_path(job, cancel, on_update, hooks).await;
-            note_fence(&mut r, fence.as_ref());
-            return Ok(r);
-        }
+        // §6 PTY or pipes. The run's duration counts the preparation, not the receipt.
+        let mut r = match pty {
+            true => self.pty_path(&p, cwd, fence, cancel, on_update, hooks).await,
+            false => self.pipe_path(&p, cwd, fence, cancel, on_update).await?,
+        };
+        note_fence(&mut r, fence);
+        r.set_receipt(self.changes.finish(receipt, &p.command).await, p.origin == Origin::Tool);
+        Ok(r)
+    }
 
-        // §5 a shell session for the key; waiting for a busy one does not count as run time.
-        // The user's own commands never wait (§8.2): each takes an idle bang shell, a new one
-        // when all are busy.
+    /// §5 a command in the shell session of its key (pipes): waiting for a busy session does
+    /// not count as run time.
+    async fn pipe_path(
+        &self,
+        p: &Prepared,
+        cwd: &Path,
+        fence: Option<&Fence>,
+        cancel: CancellationToken,
+        on_update: Option<UpdateFn>,
+    ) -> Result<BashResult> {
+        let started = p.clock();
         let wait_started = Instant::now();
-        let mut slot = match (&req.session_key, req.origin) {
-            (None, Origin::Bang) => self.bang_slot().await,
-            (key, _) => {
-                let slot = self.slot(key.as_deref().unwrap_or(DEFAULT_KEY));
-                tokio::select! {
-                    s = slot.lock_owned() => s,
-                    _ = cancel.cancelled() => {
-                        return Ok(self.shape_unrun(Outcome::Cancelled, started));
-                    }
+        let (mut slot, shell_restarted) = match self.session_for(p, fence, &cancel).await? {
+            Taken::Ready(slot, restarted) => (slot, restarted),
+            Taken::Unrun(outcome, text) => {
+                let mut r = self.shape_unrun(outcome, started);
+                if let Some(why) = text {
+                    r.set_unstarted(&why);
                 }
+                return Ok(r);
             }
         };
-        let mut shell_restarted = false;
-        let editor_env = req.origin == Origin::Bang;
-        if (slot.editor_env && !editor_env) || (slot.shell.is_some() && slot.fence != fence) {
-            // A bang command started this key's shell with the editor's handles: a tool call
-            // gets a fresh one without them. A shell fenced for another project (or not as
-            // the settings now say) is replaced as well.
-            if let Some(mut sh) = slot.shell.take() {
-                sh.kill().await;
-                slot.lost = true;
-            }
-        }
-        if slot.shell.is_none() && !self.isolated.load(Ordering::Relaxed) {
-            shell_restarted = slot.lost;
-            // Our own slot is locked, so eviction never picks it whatever key we name.
-            let key = req.session_key.as_deref().unwrap_or(match req.origin {
-                Origin::Bang => BANG_KEY,
-                Origin::Tool => DEFAULT_KEY,
-            });
-            let Some(permit) = self.reserve(key, &cancel).await else {
-                return Ok(self.shape_unrun(Outcome::Cancelled, started));
-            };
-            match self.spawn_shell(req.origin, fence.clone()).await {
-                Ok(sh) => {
-                    slot.shell = Some(sh);
-                    slot.editor_env = editor_env;
-                    slot.fence = fence.clone();
-                    slot.permit = Some(permit);
-                }
-                Err(e)
-                    if fence.is_some() && e.to_string().starts_with(crate::fence::UNSUPPORTED) =>
-                {
-                    return Err(Error::SandboxUnavailable(e.to_string()));
-                }
-                Err(e) if shell::is_isolated(&e) => {
-                    tracing::info!(
-                        "prefix isolates the shell: one process per command from now on"
-                    );
-                    self.isolated.store(true, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    slot.lost = true;
-                    let mut r = self.shape_unrun(Outcome::MissingExitStatus, started);
-                    let shell = self.shell_cfg.shell.display();
-                    r.set_unstarted(&format!("Bash command failed: cannot start {shell}: {e}"));
-                    return Ok(r);
-                }
-            }
-            slot.lost = false;
-        }
         let waited = wait_started.elapsed();
         slot.last_used = Some(Instant::now());
 
         // §4 the output path: sanitize → sink, live updates throttled.
-        let limits = &self.settings.limits;
-        let mut feed = Feed::new(self, &norm, req.display, on_update);
-        let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
+        let mut feed = Feed::new(self, &p.norm, p.display, on_update);
+        let deadline = p.timeout.as_ref().map(|t| Instant::now() + t.duration);
         feed.meter =
             slot.shell.as_ref().map(|sh| crate::resources::Meter::start(sh.pid(), sh.cpu_probe()));
         let run_started = Instant::now();
+        let command = p.norm.runnable();
         let end = match slot.shell.as_mut() {
-            Some(shell) => shell.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await,
+            Some(shell) => shell.run(&command, cwd, &mut feed, deadline, &cancel).await,
             None => {
-                let cfg = ShellConfig { fence: fence.clone(), ..self.shell_config(req.origin) };
+                let cfg = ShellConfig { fence: fence.cloned(), ..self.shell_config(p.origin) };
                 let Ok(mut one) = Oneshot::start(&cfg).await;
-                one.run(&norm.runnable(), &cwd, &mut feed, deadline, &cancel).await
+                one.run(&command, cwd, &mut feed, deadline, &cancel).await
             }
         };
         let meter = feed.meter.take();
@@ -500,53 +372,120 @@ impl Runtime {
                 ..Default::default()
             },
         };
-        let outcome = match end {
-            Ok(end) => {
-                let keep = matches!(end.ending, Ending::Done(_));
-                if !keep {
-                    slot.close().await;
-                }
-                match end.ending {
-                    Ending::Done(code) | Ending::ShellExited(Some(code)) => {
-                        // We cut the output as `| head -n N` would: the pipeline's status is
-                        // then head's, whether the producer died of SIGPIPE or exited on EPIPE.
-                        let code = if end.closed_early { 0 } else { code };
-                        Outcome::Exited(code)
-                    }
-                    Ending::ShellExited(None) => Outcome::MissingExitStatus,
-                    Ending::TimedOut => {
-                        Outcome::TimedOut(timeout.map(|t| t.duration).unwrap_or_default())
-                    }
-                    Ending::Cancelled => Outcome::Cancelled,
-                }
-            }
+        let outcome = match &end {
+            Ok(end) => outcome_of(end, p.timeout),
             Err(e) => {
                 tracing::warn!("run failed: {e}");
-                slot.close().await;
                 Outcome::MissingExitStatus
             }
         };
+        if !alive {
+            slot.close().await;
+        }
+        self.release(slot, p.session_key.as_deref());
+
+        let mut r = self.shape_run(p, sink.finish(), &outcome, started);
+        r.shell_restarted = shell_restarted;
+        r.waited_ms = waited_ms(waited);
+        r.set_resources(resources);
+        Ok(r)
+    }
+
+    /// The session a pipe run goes to (§5), its shell started if it has none, and whether an
+    /// earlier shell of its key was lost (`shell_restarted`). The user's own commands never wait
+    /// (§8.2): each takes an idle bang shell, a new one when all are busy.
+    async fn session_for(
+        &self,
+        p: &Prepared,
+        fence: Option<&Fence>,
+        cancel: &CancellationToken,
+    ) -> Result<Taken> {
+        let mut slot = match (&p.session_key, p.origin) {
+            (None, Origin::Bang) => self.bang_slot().await,
+            (key, _) => {
+                let slot = self.slot(key.as_deref().unwrap_or(DEFAULT_KEY));
+                tokio::select! {
+                    s = slot.lock_owned() => s,
+                    _ = cancel.cancelled() => return Ok(Taken::Unrun(Outcome::Cancelled, None)),
+                }
+            }
+        };
+        let editor_env = p.origin == Origin::Bang;
+        let fence = fence.cloned();
+        if (slot.editor_env && !editor_env) || (slot.shell.is_some() && slot.fence != fence) {
+            // A bang command started this key's shell with the editor's handles: a tool call
+            // gets a fresh one without them. A shell fenced for another project (or not as
+            // the settings now say) is replaced as well.
+            if let Some(mut sh) = slot.shell.take() {
+                sh.kill().await;
+                slot.lost = true;
+            }
+        }
+        if slot.shell.is_some() || self.isolated.load(Ordering::Relaxed) {
+            return Ok(Taken::Ready(slot, false));
+        }
+        let shell_restarted = slot.lost;
+        // Our own slot is locked, so eviction never picks it whatever key we name.
+        let key = p.session_key.as_deref().unwrap_or(match p.origin {
+            Origin::Bang => BANG_KEY,
+            Origin::Tool => DEFAULT_KEY,
+        });
+        let Some(permit) = self.reserve(key, cancel).await else {
+            return Ok(Taken::Unrun(Outcome::Cancelled, None));
+        };
+        match self.spawn_shell(p.origin, fence.clone()).await {
+            Ok(sh) => {
+                slot.shell = Some(sh);
+                slot.editor_env = editor_env;
+                slot.fence = fence;
+                slot.permit = Some(permit);
+            }
+            Err(e) if fence.is_some() && e.to_string().starts_with(crate::fence::UNSUPPORTED) => {
+                return Err(Error::SandboxUnavailable(e.to_string()));
+            }
+            Err(e) if shell::is_isolated(&e) => {
+                tracing::info!("prefix isolates the shell: one process per command from now on");
+                self.isolated.store(true, Ordering::Relaxed);
+            }
+            Err(e) => {
+                slot.lost = true;
+                let shell = self.shell_cfg.shell.display();
+                let why = format!("Bash command failed: cannot start {shell}: {e}");
+                return Ok(Taken::Unrun(Outcome::MissingExitStatus, Some(why)));
+            }
+        }
+        slot.lost = false;
+        Ok(Taken::Ready(slot, shell_restarted))
+    }
+
+    /// Lets go of a session after a run: a key whose shell is gone frees its slot, and a run
+    /// waiting for capacity is woken.
+    fn release(&self, mut slot: tokio::sync::OwnedMutexGuard<Slot>, key: Option<&str>) {
         slot.last_used = Some(Instant::now());
         let gone = slot.shell.is_none();
         drop(slot);
-        if gone {
-            if let Some(key) = &req.session_key {
-                self.free_slot(key);
-            }
+        if let (true, Some(key)) = (gone, key) {
+            self.free_slot(key);
         }
         self.released.notify_waiters();
+    }
 
-        let mut r =
-            result::shape(sink.finish(), &outcome, started.elapsed(), limits.max_bytes as u64);
-        r.shell_restarted = shell_restarted;
-        r.waited_ms = (waited >= Duration::from_millis(1)).then_some(waited.as_millis() as u64);
-        r.timeout_clamped_from = timeout.and_then(|t| t.clamped_from);
-        if !norm.rewrites.is_empty() {
-            r.normalized = serde_json::to_value(&norm).ok();
+    /// The result of a run (pipes, PTY, remote alike), shaped from its output and ending, with
+    /// what the preparation decided (the clamped timeout, the normalization).
+    fn shape_run(
+        &self,
+        p: &Prepared,
+        output: crate::sink::SinkOutput,
+        outcome: &Outcome,
+        started: Instant,
+    ) -> BashResult {
+        let max_bytes = self.settings.limits.max_bytes as u64;
+        let mut r = result::shape(output, outcome, started.elapsed(), max_bytes);
+        r.timeout_clamped_from = p.timeout.and_then(|t| t.clamped_from);
+        if !p.norm.rewrites.is_empty() {
+            r.normalized = serde_json::to_value(&p.norm).ok();
         }
-        r.set_resources(resources);
-        note_fence(&mut r, fence.as_ref());
-        Ok(r)
+        r
     }
 
     /// What the fence settings mean here, for `:checkhealth`: the sandbox of tool calls and the
@@ -559,7 +498,7 @@ impl Runtime {
         keys.insert(0, format!("tool calls: {default}"));
         let net = if s.network == Some(false) { ", network denied" } else { "" };
         let root = match s.fences_any() {
-            true => format!(", root {}", self.fence_root.display()),
+            true => format!(", root {}", self.prep.fence_root.display()),
             false => String::new(),
         };
         format!("{}{root}{net} ({})", keys.join(", "), crate::fence::kernel_support())
@@ -615,47 +554,9 @@ impl Runtime {
         }
     }
 
-    /// The language of this runtime's shell, for normalization (contract §1).
-    fn dialect(&self) -> normalize::Dialect {
-        normalize::Dialect::of(&self.shell_cfg.shell)
-    }
-
     /// False when the settings fence some tool calls but the kernel cannot.
     pub fn fence_usable(&self) -> bool {
         !self.settings.fences_any() || crate::fence::kernel_abi().is_ok()
-    }
-
-    /// The fence of a call's shell (contract §13): tool calls only, by the session key's setting,
-    /// around the user's fence root whatever the call's cwd (a cwd outside it runs with the
-    /// same fence: nothing there can be written). A kernel without Landlock, or a fence that
-    /// would reach the backend's own files, refuses a fenced call.
-    fn fence_for(&self, req: &Request) -> Result<Option<Fence>> {
-        if req.origin != Origin::Tool {
-            return Ok(None);
-        }
-        let mode = self.settings.sandbox_for(req.session_key.as_deref().unwrap_or(DEFAULT_KEY));
-        let fence = Fence::new(
-            mode,
-            &self.fence_root,
-            &self.fence_extra,
-            self.settings.network.unwrap_or(true),
-        );
-        if fence.is_some() {
-            if let Err(why) = crate::fence::kernel_abi() {
-                return Err(Error::SandboxUnavailable(format!(
-                    "{} ({why})",
-                    crate::fence::UNSUPPORTED
-                )));
-            }
-            let refusal = match mode {
-                SandboxMode::ReadOnly => &self.fence_refusal[1],
-                _ => &self.fence_refusal[0],
-            };
-            if let Some(why) = refusal {
-                return Err(Error::SandboxUnavailable(why.clone()));
-            }
-        }
-        Ok(fence)
     }
 
     fn shape_unrun(&self, outcome: Outcome, started: Instant) -> BashResult {
@@ -694,7 +595,7 @@ impl Runtime {
         // The project's first change-receipt snapshot too, so the first command does not wait
         // for it (up to `changes.max_snapshot_ms`).
         if self.changes.enabled() {
-            let (changes, cwd) = (self.changes.clone(), self.base_dir.clone());
+            let (changes, cwd) = (self.changes.clone(), self.prep.base_dir.clone());
             tokio::spawn(async move { drop(changes.begin(&cwd).await) });
         }
         let Ok(mut slot) = self.slot(BANG_KEY).try_lock_owned() else {
@@ -1035,8 +936,6 @@ impl shell::OutputSink for Feed {
     }
 }
 
-/// The result of a command interception stopped (contract §2): an error with the exact text and
-/// the structured block.
 /// What every fence may write besides its root (contract §13): the shells' temp dir (`TMPDIR` of
 /// their environment, else `/tmp`) and the `sandbox_writable` paths.
 fn fence_extra(settings: &Settings, env: &[(OsString, OsString)]) -> Vec<PathBuf> {
@@ -1058,19 +957,31 @@ fn private_state_dir(state_root: &Path) -> PathBuf {
     dir
 }
 
-/// The longest `session_key` accepted (contract §5: keys are bounded).
-pub const MAX_KEY_BYTES: usize = 256;
+/// A session taken for a pipe run ([`Runtime::session_for`]), or why the command did not run
+/// (the outcome, and why its shell could not start).
+enum Taken {
+    /// The session, and whether an earlier shell of its key was lost (`shell_restarted`).
+    Ready(tokio::sync::OwnedMutexGuard<Slot>, bool),
+    Unrun(Outcome, Option<String>),
+}
 
-/// Refuses a session key longer than [`MAX_KEY_BYTES`]: every key names a session slot kept in
-/// memory, so an unbounded key would let requests grow the backend without limit.
-fn check_key(req: &Request) -> Result<()> {
-    match &req.session_key {
-        Some(k) if k.len() > MAX_KEY_BYTES => Err(Error::InvalidInput(format!(
-            "session_key is {} bytes long; at most {MAX_KEY_BYTES} are allowed",
-            k.len()
-        ))),
-        _ => Ok(()),
+/// How a run that ended ended (pipes and remote alike).
+fn outcome_of(end: &shell::RunEnd, timeout: Option<Timeout>) -> Outcome {
+    match end.ending {
+        Ending::Done(code) | Ending::ShellExited(Some(code)) => {
+            // We cut the output as `| head -n N` would: the pipeline's status is then head's,
+            // whether the producer died of SIGPIPE or exited on EPIPE.
+            Outcome::Exited(if end.closed_early { 0 } else { code })
+        }
+        Ending::ShellExited(None) => Outcome::MissingExitStatus,
+        Ending::TimedOut => Outcome::TimedOut(timeout.map(|t| t.duration).unwrap_or_default()),
+        Ending::Cancelled => Outcome::Cancelled,
     }
+}
+
+/// `waited_ms` of a result: the time spent waiting for a busy session, when it was noticeable.
+fn waited_ms(waited: Duration) -> Option<u64> {
+    (waited >= Duration::from_millis(1)).then_some(waited.as_millis() as u64)
 }
 
 /// A fenced run says so, and its text ends with the sandbox note when a write was refused
@@ -1080,16 +991,6 @@ fn note_fence(r: &mut BashResult, fence: Option<&Fence>) {
     r.sandbox = Some(fence.mode.as_str());
     if crate::fence::looks_denied(&r.text) {
         r.push_note(crate::fence::NOTE);
-    }
-}
-
-fn blocked_result(block: crate::intercept::Block, took: Duration) -> BashResult {
-    BashResult {
-        output: block.message.clone(),
-        is_error: true,
-        duration_ms: took.as_millis() as u64,
-        blocked: serde_json::to_value(&block).ok(),
-        ..Default::default()
     }
 }
 

@@ -33,6 +33,7 @@ pub mod intercept;
 pub mod logfile;
 pub mod mode;
 pub mod normalize;
+pub mod prepare;
 pub mod project;
 pub mod pty;
 pub mod rescue;

@@ -1,5 +1,5 @@
-//! The PTY branch of the pipeline (contract §6): after normalize, intercept and validate, a command
-//! that [`crate::pty::wants_pty`] picks runs in a PTY instead of a shell session, and its screen
+//! The PTY branch of the pipeline (contract §6): a prepared command ([`crate::prepare`]) that
+//! [`crate::pty::wants_pty`] picked runs in a PTY instead of a shell session, and its screen
 //! text goes through the same sanitizer, sink, artifacts and result shaping as pipe output.
 //!
 //! [`Runtime::run_pty`] is the entry point for terminal views (`:AgentBashTerm`): it takes the
@@ -10,27 +10,11 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Feed, Request, Runtime, UpdateFn};
-use crate::normalize::Normalized;
+use super::{Feed, Prepared, Request, Runtime, UpdateFn};
+use crate::fence::Fence;
 use crate::pty::{self, PtyEnd, PtyHooks, PtyOutput};
-use crate::result::{self, BashResult, Outcome};
-use crate::validate::Timeout;
+use crate::result::{BashResult, Outcome};
 use crate::Result;
-
-/// A command that passed normalize, intercept and validate.
-pub(super) struct PtyJob<'a> {
-    pub norm: &'a Normalized,
-    pub cwd: &'a Path,
-    pub timeout: Option<Timeout>,
-    /// When the tool call arrived (its duration counts from here).
-    pub started: Instant,
-    /// Bang commands keep the editor's handles in their environment.
-    pub origin: super::Origin,
-    /// The fence of a tool call's shell (contract §13).
-    pub fence: Option<&'a crate::fence::Fence>,
-    /// Keep styled display lines ([`super::Request::display`]: someone shows the run).
-    pub display: bool,
-}
 
 impl Runtime {
     /// Runs one command in a PTY whatever the selection rules say (an explicit request, contract §6),
@@ -60,35 +44,31 @@ impl Runtime {
     /// Whether `req` runs in a PTY ([`pty::wants_pty`] with this runtime's settings, the
     /// process environment and the UI state).
     pub fn wants_pty(&self, req: &Request) -> bool {
-        pty::wants_pty(
-            req.pty,
-            req.origin,
-            self.settings.virtual_terminal.as_deref(),
-            self.ui_attached(),
-            |k: &str| std::env::var_os(k),
-        )
+        crate::prepare::wants_pty(&self.settings, req, self.ui_attached())
     }
 
-    /// The PTY branch of [`Runtime::run`], after validation.
+    /// The PTY branch of [`Runtime::run_prepared`].
     pub(super) async fn pty_path(
         &self,
-        job: PtyJob<'_>,
+        p: &Prepared,
+        cwd: &Path,
+        fence: Option<&Fence>,
         cancel: CancellationToken,
         on_update: Option<UpdateFn>,
         hooks: PtyHooks,
     ) -> BashResult {
-        let PtyJob { norm, cwd, timeout, started, origin, fence, display } = job;
-        let limits = &self.settings.limits;
+        let (started, timeout) = (p.clock(), p.timeout);
         // Styled when someone shows the run: the finished card keeps the screen's colours.
-        let mut out = Feed::new(self, norm, display, on_update);
-        let mut cfg = self.shell_config(origin);
+        let mut out = Feed::new(self, &p.norm, p.display, on_update);
+        let mut cfg = self.shell_config(p.origin);
         cfg.snapshot = self.snapshot().await;
         cfg.fence = fence.cloned();
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
         // A terminal cannot be closed early as a pipe can (contract §1's head-only rule), so a
         // head-only `| head -n N` stage stayed in the command ([`crate::normalize::normalize_pty`]):
         // the real `head` ends the producer exactly as under bash.
-        let end = pty::run(&cfg, &norm.runnable(), cwd, hooks, deadline, &cancel, &mut out).await;
+        let command = p.norm.runnable();
+        let end = pty::run(&cfg, &command, cwd, hooks, deadline, &cancel, &mut out).await;
         let resources = end.as_ref().ok().and_then(|run| run.resources);
         let outcome = match end.map(|run| run.end) {
             Ok(PtyEnd::Exited(Some(code))) => Outcome::Exited(code),
@@ -103,16 +83,7 @@ impl Runtime {
                 Outcome::MissingExitStatus
             }
         };
-        let mut r = result::shape(
-            out.finish().finish(),
-            &outcome,
-            started.elapsed(),
-            limits.max_bytes as u64,
-        );
-        r.timeout_clamped_from = timeout.and_then(|t| t.clamped_from);
-        if !norm.rewrites.is_empty() {
-            r.normalized = serde_json::to_value(norm).ok();
-        }
+        let mut r = self.shape_run(p, out.finish().finish(), &outcome, started);
         // Without the shell's rusage (it was not reaped: a PTY error, a kill that left it), the
         // wall time alone.
         r.set_resources(resources.unwrap_or(crate::resources::Resources {

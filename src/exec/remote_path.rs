@@ -1,8 +1,9 @@
-//! The remote branch of the pipeline (contract §12): a command whose call names a profile (or that
-//! `default_profile` sends away) runs in a persistent shell on the other side of the profile's
-//! engine, one session per (profile, session key). Normalize, intercept, the sink, artifacts
-//! and result shaping are the same as for a local run; only the shell is elsewhere, and the cwd
-//! is the remote one (checked there; none given: where the last command left the shell).
+//! The remote branch of the pipeline (contract §12): a prepared command ([`crate::prepare`])
+//! whose call names a profile (or that `default_profile` sends away) runs in a persistent shell
+//! on the other side of the profile's engine, one session per (profile, session key).
+//! Normalize, intercept, the sink, artifacts and result shaping are the same as for a local
+//! run; only the shell is elsewhere, and the cwd is the remote one (checked there; none given:
+//! where the last command left the shell).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,19 +11,15 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    blocked_result, settings, Feed, Origin, Request, Runtime, UpdateFn, BANG_KEY, DEFAULT_KEY,
-};
-use crate::normalize::{self, Normalized};
-use crate::result::{self, BashResult, Outcome, Remote};
-use crate::shell::local::Ending;
+use tokio::sync::OwnedMutexGuard;
+
+use super::{outcome_of, settings, waited_ms, Feed, Origin, Prepared, Request, Runtime, UpdateFn};
+pub use crate::prepare::LOCAL_PROFILE;
+use crate::prepare::{BANG_KEY, DEFAULT_KEY};
+use crate::result::{BashResult, Outcome, Remote};
 use crate::shell::remote::{Encoder, RemoteConfig, RemoteShell};
 use crate::shell::{RunError, Session};
-use crate::validate;
 use crate::{Error, Result};
-
-/// The name that always means "this machine", whatever `default_profile` says.
-pub const LOCAL_PROFILE: &str = "local";
 
 #[derive(Default)]
 struct Slot {
@@ -92,130 +89,49 @@ impl Runtime {
     /// The profile a request runs under: its own, else `default_profile`; `None` for this
     /// machine (no profile, or [`LOCAL_PROFILE`]). An unknown name is bad input.
     pub fn remote_profile(&self, req: &Request) -> Result<Option<(String, Vec<String>)>> {
-        let key = req.session_key.as_deref().unwrap_or(match req.origin {
-            super::Origin::Bang => super::BANG_KEY,
-            super::Origin::Tool => super::DEFAULT_KEY,
-        });
-        let name =
-            req.profile.as_deref().filter(|p| !p.is_empty()).or(self.settings.profile_for(key));
-        match name {
-            None | Some(LOCAL_PROFILE) => Ok(None),
-            Some(name) => match self.settings.profiles.get(name) {
-                Some(argv) => Ok(Some((name.to_string(), argv.clone()))),
-                None => Err(Error::InvalidInput(settings::unknown_profile(
-                    name,
-                    &self.settings.profiles,
-                ))),
-            },
-        }
+        crate::prepare::remote_profile(&self.settings, req)
     }
 
-    /// Runs `req` in the remote session of `profile` (contract §12).
+    /// Runs a prepared command in the remote session of `profile` (contract §12), at `cwd`
+    /// there (`None`: where its shell is).
     pub(super) async fn remote_path(
         &self,
-        req: Request,
-        (profile, argv): (String, Vec<String>),
+        p: &Prepared,
+        (profile, argv, cwd): (&str, &[String], Option<&str>),
         cancel: CancellationToken,
         on_update: Option<UpdateFn>,
     ) -> Result<BashResult> {
-        let started = Instant::now();
-        if req.pty {
-            return Err(Error::InvalidInput(format!(
-                "profile {profile:?}: remote commands run without a terminal (no PTY)"
-            )));
-        }
-        let norm = match req.origin {
-            Origin::Tool => normalize::normalize(&req.command, req.head, req.tail),
-            Origin::Bang => Normalized::verbatim(&req.command, req.head, req.tail),
-        };
-        if req.origin == Origin::Tool {
-            if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {
-                return Ok(blocked_result(block, started.elapsed()));
-            }
-        }
-        let timeout = match (req.origin, req.timeout) {
-            (Origin::Bang, None) => None,
-            (_, t) => Some(validate::timeout_from_secs(t)?),
-        };
-        if norm.command.is_empty() {
-            return Err(Error::InvalidInput("command is empty".into()));
-        }
-        let cwd = req.cwd.as_deref().map(str::trim).filter(|c| !c.is_empty());
-
+        let started = p.clock();
         let wait_started = Instant::now();
-        let mut slot = match (&req.session_key, req.origin) {
-            (None, Origin::Bang) => {
-                // The user's own commands never wait (§8.2): the first idle bang session.
-                let mut n = 1usize;
-                loop {
-                    let key = if n == 1 { BANG_KEY.to_string() } else { format!("{BANG_KEY}.{n}") };
-                    if let Ok(guard) = self.remote.slot(&profile, &key).try_lock_owned() {
-                        break guard;
-                    }
-                    n += 1;
+        let (mut slot, shell_restarted) = match self.remote_session(p, profile, argv, &cancel).await
+        {
+            Ok(taken) => taken,
+            Err(unrun) => {
+                let mut r = self.shape_unrun(unrun.0, started);
+                // A session that could not start names its profile; a cancelled wait does not.
+                if let Some(why) = unrun.1 {
+                    r.set_unstarted(&why);
+                    r.remote = Some(Remote { profile: profile.to_string(), host: None });
                 }
-            }
-            (key, _) => {
-                let slot = self.remote.slot(&profile, key.as_deref().unwrap_or(DEFAULT_KEY));
-                tokio::select! {
-                    s = slot.lock_owned() => s,
-                    _ = cancel.cancelled() => {
-                        return Ok(self.shape_unrun(Outcome::Cancelled, started));
-                    }
-                }
+                return Ok(r);
             }
         };
-        let mut shell_restarted = false;
-        if slot.shell.is_none() {
-            shell_restarted = slot.lost;
-            let cfg = RemoteConfig {
-                profile: profile.clone(),
-                argv: argv.clone(),
-                env: remote_env(&self.settings),
-                encoder: Encoder::Auto,
-            };
-            let connect = tokio::select! {
-                c = RemoteShell::connect(&cfg) => c,
-                _ = cancel.cancelled() => {
-                    return Ok(self.shape_unrun(Outcome::Cancelled, started));
-                }
-            };
-            match connect {
-                Ok(sh) => {
-                    slot.shell = Some(sh);
-                    slot.lost = false;
-                }
-                Err(why) => {
-                    slot.lost = true;
-                    let mut r = self.shape_unrun(Outcome::MissingExitStatus, started);
-                    r.set_unstarted(&format!(
-                        "Cannot start remote session {profile:?} ({}): {why}",
-                        argv.join(" ")
-                    ));
-                    r.remote = Some(Remote { profile, host: None });
-                    return Ok(r);
-                }
-            }
-        }
         let waited = wait_started.elapsed();
         slot.last_used = Some(Instant::now());
 
-        let limits = &self.settings.limits;
-        let mut feed = Feed::new(self, &norm, req.display, on_update);
-        let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
+        let mut feed = Feed::new(self, &p.norm, p.display, on_update);
+        let deadline = p.timeout.as_ref().map(|t| Instant::now() + t.duration);
         let run_started = Instant::now();
         let Some(shell) = slot.shell.as_mut() else {
             return Ok(self.shape_unrun(Outcome::MissingExitStatus, started));
         };
         let host = shell.host().to_string();
-        let end = shell.run(&norm.runnable(), cwd, &mut feed, deadline, &cancel).await;
-        let alive = shell.is_alive();
-        if !alive {
+        let end = shell.run(&p.norm.runnable(), cwd, &mut feed, deadline, &cancel).await;
+        if !shell.is_alive() {
             slot.close().await;
         }
         slot.last_used = Some(Instant::now());
         drop(slot);
-        let remote = Remote { profile: profile.clone(), host: Some(host.clone()) };
         let mut lost = None;
         let outcome = match end {
             Err(RunError::BadCwd) => {
@@ -233,38 +149,79 @@ impl Runtime {
                 lost = Some(e.to_string());
                 Outcome::MissingExitStatus
             }
-            Ok(end) => match end.ending {
-                Ending::Done(code) | Ending::ShellExited(Some(code)) => {
-                    Outcome::Exited(if end.closed_early { 0 } else { code })
-                }
-                Ending::ShellExited(None) => Outcome::MissingExitStatus,
-                Ending::TimedOut => {
-                    Outcome::TimedOut(timeout.map(|t| t.duration).unwrap_or_default())
-                }
-                Ending::Cancelled => Outcome::Cancelled,
-            },
+            Ok(end) => outcome_of(&end, p.timeout),
         };
-        let mut r = result::shape(
-            feed.finish().finish(),
-            &outcome,
-            started.elapsed(),
-            limits.max_bytes as u64,
-        );
+        let mut r = self.shape_run(p, feed.finish().finish(), &outcome, started);
         if let Some(why) = lost {
             r.set_session_lost(&why);
         }
         r.shell_restarted = shell_restarted;
-        r.waited_ms = (waited >= Duration::from_millis(1)).then_some(waited.as_millis() as u64);
-        r.timeout_clamped_from = timeout.and_then(|t| t.clamped_from);
-        if !norm.rewrites.is_empty() {
-            r.normalized = serde_json::to_value(&norm).ok();
-        }
+        r.waited_ms = waited_ms(waited);
         r.set_resources(crate::resources::Resources {
             wall_ms: run_started.elapsed().as_millis() as u64,
             ..Default::default()
         });
-        r.remote = Some(remote);
+        r.remote = Some(Remote { profile: profile.to_string(), host: Some(host) });
         Ok(r)
+    }
+
+    /// The remote session of (`profile`, the call's key), connected if it is not, and whether
+    /// an earlier session of that pair was lost (`shell_restarted`); else why the command did
+    /// not run (its outcome, and why its session could not start).
+    async fn remote_session(
+        &self,
+        p: &Prepared,
+        profile: &str,
+        argv: &[String],
+        cancel: &CancellationToken,
+    ) -> std::result::Result<(OwnedMutexGuard<Slot>, bool), (Outcome, Option<String>)> {
+        let mut slot = match (&p.session_key, p.origin) {
+            (None, Origin::Bang) => {
+                // The user's own commands never wait (§8.2): the first idle bang session.
+                let mut n = 1usize;
+                loop {
+                    let key = if n == 1 { BANG_KEY.to_string() } else { format!("{BANG_KEY}.{n}") };
+                    if let Ok(guard) = self.remote.slot(profile, &key).try_lock_owned() {
+                        break guard;
+                    }
+                    n += 1;
+                }
+            }
+            (key, _) => {
+                let slot = self.remote.slot(profile, key.as_deref().unwrap_or(DEFAULT_KEY));
+                tokio::select! {
+                    s = slot.lock_owned() => s,
+                    _ = cancel.cancelled() => return Err((Outcome::Cancelled, None)),
+                }
+            }
+        };
+        if slot.shell.is_some() {
+            return Ok((slot, false));
+        }
+        let shell_restarted = slot.lost;
+        let cfg = RemoteConfig {
+            profile: profile.to_string(),
+            argv: argv.to_vec(),
+            env: remote_env(&self.settings),
+            encoder: Encoder::Auto,
+        };
+        let connect = tokio::select! {
+            c = RemoteShell::connect(&cfg) => c,
+            _ = cancel.cancelled() => return Err((Outcome::Cancelled, None)),
+        };
+        match connect {
+            Ok(sh) => {
+                slot.shell = Some(sh);
+                slot.lost = false;
+                Ok((slot, shell_restarted))
+            }
+            Err(why) => {
+                slot.lost = true;
+                let why =
+                    format!("Cannot start remote session {profile:?} ({}): {why}", argv.join(" "));
+                Err((Outcome::MissingExitStatus, Some(why)))
+            }
+        }
     }
 }
 

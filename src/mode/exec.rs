@@ -76,6 +76,8 @@ pub async fn run(args: ExecArgs) -> Result<i32> {
         command: args.command.join(" "),
         timeout,
         cwd: args.cwd,
+        local_cwd: false,
+        remote_cwd: None,
         head: args.head,
         tail: args.tail,
         tools: args.tools,

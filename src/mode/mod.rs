@@ -288,6 +288,8 @@ pub fn request_from(obj: &Map<String, Value>, origin: Origin) -> crate::Result<R
         command,
         timeout: get_timeout(obj)?,
         cwd: get_str(obj, "cwd")?,
+        local_cwd: false,
+        remote_cwd: None,
         head: get_count(obj, "head")?,
         tail: get_count(obj, "tail")?,
         tools,

@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::frame;
 use super::wire::{self, done_event, map, msgpack_to_json, update_event, Failure};
-use crate::exec::{LiveUpdate, Origin, Runtime, Settings, UpdateFn};
+use crate::exec::{LiveUpdate, Origin, Prep, Prepared, Runtime, Settings, UpdateFn};
 use crate::pty::{OutputFn, PtyControl, PtyHooks, TermSize};
 use crate::Result;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
@@ -333,6 +333,8 @@ impl Handler for Backend {
 }
 
 impl Backend {
+    /// A `run` notification: decodes it, has the runtime prepare the call (every decision about
+    /// it: where it runs, PTY or pipes, whether interception stops it), then runs it.
     async fn run(
         &self,
         id: i64,
@@ -359,14 +361,11 @@ impl Backend {
             Err(e) => return send(&nvim, refuse(e.to_string())).await,
         };
         req.display = true;
-        // `local_cwd`: `cwd` is the editor's directory (or a path resolved against it), which
-        // means nothing on another machine. A run that its profile, or the settings'
-        // `default_profile` / `[profile_by_key]`, sends elsewhere starts at `remote_cwd`
-        // instead: the caller's own path over there, else where that session's shell is.
-        if params.get("local_cwd").and_then(|v| v.as_bool()) == Some(true)
-            && matches!(self.rt.remote_profile(&req), Ok(Some(_)))
-        {
-            req.cwd = match super::get_str(&params, "remote_cwd") {
+        // `local_cwd`: `cwd` is the editor's directory; the runtime starts a run it sends to a
+        // remote profile at `remote_cwd` instead (`Request::local_cwd`).
+        if params.get("local_cwd").and_then(|v| v.as_bool()) == Some(true) {
+            req.local_cwd = true;
+            req.remote_cwd = match super::get_str(&params, "remote_cwd") {
                 Ok(c) => c,
                 Err(e) => return send(&nvim, refuse(e.to_string())).await,
             };
@@ -376,7 +375,41 @@ impl Backend {
             self.rt.set_ui_attached(ui);
         }
         let exclude = params.get("exclude_from_context").and_then(|v| v.as_bool()).unwrap_or(false);
-        let (command, cwd) = (req.command.clone(), req.cwd.clone().unwrap_or_default());
+        // Blocked or invalid commands answer now (and never open a terminal view).
+        let prepared = match self.rt.prepare(req) {
+            Ok(Prep::Run(p)) => p,
+            Ok(Prep::Blocked(result)) => {
+                if let Ok(mut runs) = self.runs.lock() {
+                    runs.remove(&id);
+                }
+                let lines = wire::card_lines(&result, limited, None);
+                return send(&nvim, done_event(id, wire::msgpack(&result), Some(&lines))).await;
+            }
+            Err(e) => {
+                if let Ok(mut runs) = self.runs.lock() {
+                    runs.remove(&id);
+                }
+                return send(&nvim, Failure::from(e).event(id)).await;
+            }
+        };
+        let res = self.execute(id, *prepared, &nvim, cancel, limited, exclude).await;
+        send(&nvim, res).await;
+    }
+
+    /// Runs a prepared command for the editor: live updates, a terminal view for a PTY run, the
+    /// session record of a bang command; returns the `done` (or `error`) event.
+    async fn execute(
+        &self,
+        id: i64,
+        prepared: Prepared,
+        nvim: &Nvim,
+        cancel: CancellationToken,
+        limited: bool,
+        exclude: bool,
+    ) -> Value {
+        let origin = prepared.origin();
+        let command = prepared.command().to_string();
+        let cwd = prepared.asked_cwd().unwrap_or_default().to_string();
         // Live updates: the latest one wins (bounded whatever the editor's speed); the final one
         // is kept aside for the `done` event.
         let (tx, mut rx) = watch::channel::<Option<LiveUpdate>>(None);
@@ -400,31 +433,8 @@ impl Backend {
                 send(&updater_nvim, ev).await;
             }
         });
-        // A terminal view only for a command that will run: blocked or invalid ones answer now.
-        let pty = self.rt.wants_pty(&req);
-        if pty {
-            match self.rt.precheck(&req) {
-                Ok(None) => {}
-                Ok(Some(blocked)) => {
-                    drop(on_update);
-                    let _ = updater.await;
-                    if let Ok(mut runs) = self.runs.lock() {
-                        runs.remove(&id);
-                    }
-                    return send(&nvim, done_event(id, wire::msgpack(&blocked), None)).await;
-                }
-                Err(e) => {
-                    drop(on_update);
-                    let _ = updater.await;
-                    if let Ok(mut runs) = self.runs.lock() {
-                        runs.remove(&id);
-                    }
-                    return send(&nvim, Failure::from(e).event(id)).await;
-                }
-            }
-        }
-        let (hooks, pump) = if pty {
-            match self.open_terminal(id, &req, origin, &nvim).await {
+        let (hooks, pump) = if prepared.pty() {
+            match self.open_terminal(id, &command, origin, nvim).await {
                 Ok(t) => t,
                 Err(e) => {
                     // The updater ends when its sender (inside `on_update`) is gone.
@@ -433,14 +443,13 @@ impl Backend {
                     if let Ok(mut runs) = self.runs.lock() {
                         runs.remove(&id);
                     }
-                    let failure = Failure::from(format!("PTY error: {e}"));
-                    return send(&nvim, failure.event(id)).await;
+                    return Failure::from(format!("PTY error: {e}")).event(id);
                 }
             }
         } else {
             (PtyHooks::default(), None)
         };
-        let res = self.rt.run_with(req, cancel, Some(on_update), hooks).await;
+        let res = self.rt.run_prepared(prepared, cancel, Some(on_update), hooks).await;
         if let Ok(mut ptys) = self.ptys.lock() {
             ptys.remove(&id);
         }
@@ -454,26 +463,18 @@ impl Backend {
         if let Ok(mut runs) = self.runs.lock() {
             runs.remove(&id);
         }
-        let ev = match res {
+        match res {
             Ok(result) => {
                 if origin == Origin::Bang {
-                    super::record_bang(
-                        &self.rt,
-                        &command,
-                        std::path::Path::new(&cwd),
-                        &result,
-                        exclude,
-                    )
-                    .done()
-                    .await;
+                    let cwd = std::path::Path::new(&cwd);
+                    super::record_bang(&self.rt, &command, cwd, &result, exclude).done().await;
                 }
                 let last = last.lock().ok().and_then(|mut l| l.take());
                 let lines = wire::card_lines(&result, limited, last);
                 done_event(id, wire::msgpack(&result), Some(&lines))
             }
             Err(e) => Failure::from(e).event(id),
-        };
-        send(&nvim, ev).await;
+        }
     }
 }
 
@@ -491,15 +492,12 @@ impl Backend {
     async fn open_terminal(
         &self,
         id: i64,
-        req: &crate::exec::Request,
+        command: &str,
         origin: Origin,
         nvim: &Nvim,
     ) -> std::result::Result<(PtyHooks, Option<Pump>), NoTerminalView> {
         let origin = if origin == Origin::Tool { "tool" } else { "bang" };
-        let opts = map(vec![
-            ("command", Value::from(req.command.as_str())),
-            ("origin", Value::from(origin)),
-        ]);
+        let opts = map(vec![("command", Value::from(command)), ("origin", Value::from(origin))]);
         let opened = nvim
             .exec_lua(
                 "return require('agent_bash.terminal')._open(...)",
