@@ -5,12 +5,12 @@
 mod pty_path;
 pub mod remote_path;
 pub mod settings;
+mod slots;
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -30,13 +30,13 @@ use crate::{Error, Result};
 
 use crate::shell::local::{self as shell, Ending, Shell, ShellConfig};
 use crate::shell::oneshot::Oneshot;
+use crate::shell::remote::RemoteShell;
 pub use crate::shell::Origin;
 use crate::shell::Session;
 use crate::shell::{procs, snapshot};
 pub use settings::Settings;
+use slots::{bang_key, Held, Kind, Slots};
 
-/// How many freed keys remember that their shell was lost (bounded memory, contract §5).
-const LOST_KEPT: usize = 256;
 /// How often idle shell sessions are looked for.
 const EVICT_EVERY: Duration = Duration::from_secs(30);
 
@@ -68,34 +68,6 @@ pub struct LiveUpdate {
 /// Receives throttled live updates.
 pub type UpdateFn = Arc<dyn Fn(LiveUpdate) + Send + Sync>;
 
-#[derive(Default)]
-struct Slot {
-    shell: Option<Shell>,
-    /// This shell's place among the `limits.max_sessions` live ones; dropped with the shell.
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    /// The previous shell of this key was thrown away: the next run reports `shell_restarted`.
-    lost: bool,
-    /// The shell was started for a bang command, with the editor's handles in its environment:
-    /// a tool call never runs in it (contract §5).
-    editor_env: bool,
-    /// The fence the shell started under (contract §13): a call that wants another one gets a
-    /// fresh shell.
-    fence: Option<Fence>,
-    last_used: Option<Instant>,
-}
-
-impl Slot {
-    /// Kills the shell (and everything it started) and gives its place back; the next command
-    /// of this key says `shell_restarted`, since its state is gone.
-    async fn close(&mut self) {
-        if let Some(mut sh) = self.shell.take() {
-            sh.kill().await;
-            self.lost = true;
-        }
-        self.permit = None;
-    }
-}
-
 /// The runtime shared by every mode: settings, shell sessions, artifacts, process hygiene.
 pub struct Runtime {
     settings: Settings,
@@ -107,14 +79,8 @@ pub struct Runtime {
     bang_env: Vec<(OsString, OsString)>,
     store: Arc<ArtifactStore>,
     snapshots: Arc<snapshot::Snapshots>,
-    sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
-    /// Keys whose freed slot had lost its shell: their next call says `shell_restarted`.
-    lost_keys: Mutex<std::collections::VecDeque<String>>,
-    /// One permit per live shell session (`limits.max_sessions`): a shell starts only with one.
-    capacity: Arc<tokio::sync::Semaphore>,
-    /// Woken whenever a run lets go of its session, so a run waiting for capacity can close
-    /// that (now idle) shell.
-    released: tokio::sync::Notify,
+    /// The local shell sessions by key, `limits.max_sessions` of them at most live.
+    sessions: Slots<Shell>,
     /// An interactive UI shows our output (contract §6: a tool call may then get a PTY).
     ui_attached: AtomicBool,
     /// [`Runtime::warm`] is starting the first bang shell.
@@ -123,7 +89,7 @@ pub struct Runtime {
     /// own ([`Oneshot`]).
     isolated: AtomicBool,
     /// Remote shell sessions by (profile, key) (contract §12).
-    remote: remote_path::Pool,
+    remote: Slots<RemoteShell, (String, String)>,
     /// Change receipts and undo (contract §13).
     changes: Arc<crate::changes::Receipts>,
     _runtime_dir: crate::shell::rundir::RunDir,
@@ -199,16 +165,13 @@ impl Runtime {
                     .unwrap_or_else(crate::artifacts::state_root)
                     .join("snapshots"),
             ))),
-            sessions: Mutex::new(HashMap::new()),
-            lost_keys: Mutex::new(std::collections::VecDeque::new()),
-            capacity: Arc::new(tokio::sync::Semaphore::new(
-                settings.limits.max_sessions.min(tokio::sync::Semaphore::MAX_PERMITS),
-            )),
-            released: tokio::sync::Notify::new(),
+            sessions: Slots::new(settings.limits.max_sessions),
             ui_attached: AtomicBool::new(false),
             warming: AtomicBool::new(false),
             isolated: AtomicBool::new(false),
-            remote: remote_path::Pool::default(),
+            // Remote sessions hold no local shell: they do not count against
+            // `limits.max_sessions` (contract §12).
+            remote: Slots::new(usize::MAX),
             changes: Arc::new(crate::changes::Receipts::new(
                 settings.changes.clone(),
                 state_root,
@@ -382,7 +345,7 @@ impl Runtime {
         if !alive {
             slot.close().await;
         }
-        self.release(slot, p.session_key.as_deref());
+        self.sessions.release(slot, p.session_key.as_ref());
 
         let mut r = self.shape_run(p, sink.finish(), &outcome, started);
         r.shell_restarted = shell_restarted;
@@ -403,44 +366,33 @@ impl Runtime {
         let mut slot = match (&p.session_key, p.origin) {
             (None, Origin::Bang) => self.bang_slot().await,
             (key, _) => {
-                let slot = self.slot(key.as_deref().unwrap_or(DEFAULT_KEY));
-                tokio::select! {
-                    s = slot.lock_owned() => s,
-                    _ = cancel.cancelled() => return Ok(Taken::Unrun(Outcome::Cancelled, None)),
+                let key = key.as_deref().unwrap_or(DEFAULT_KEY).to_string();
+                match self.sessions.take(&key, cancel).await {
+                    Some(slot) => slot,
+                    None => return Ok(Taken::Unrun(Outcome::Cancelled, None)),
                 }
             }
         };
-        let editor_env = p.origin == Origin::Bang;
-        let fence = fence.cloned();
-        if (slot.editor_env && !editor_env) || (slot.shell.is_some() && slot.fence != fence) {
+        let kind = Kind { editor_env: p.origin == Origin::Bang, fence: fence.cloned() };
+        if slot.shell.is_some() && !slot.kind.serves(&kind) {
             // A bang command started this key's shell with the editor's handles: a tool call
             // gets a fresh one without them. A shell fenced for another project (or not as
-            // the settings now say) is replaced as well.
-            if let Some(mut sh) = slot.shell.take() {
-                sh.kill().await;
-                slot.lost = true;
-            }
+            // the settings now say) is replaced as well. Its place among the live sessions goes
+            // with it.
+            slot.close().await;
         }
         if slot.shell.is_some() || self.isolated.load(Ordering::Relaxed) {
             return Ok(Taken::Ready(slot, false));
         }
-        let shell_restarted = slot.lost;
         // Our own slot is locked, so eviction never picks it whatever key we name.
-        let key = p.session_key.as_deref().unwrap_or(match p.origin {
-            Origin::Bang => BANG_KEY,
-            Origin::Tool => DEFAULT_KEY,
-        });
-        let Some(permit) = self.reserve(key, cancel).await else {
+        let Some(permit) = self.sessions.reserve(&p.key().to_string(), cancel).await else {
             return Ok(Taken::Unrun(Outcome::Cancelled, None));
         };
-        match self.spawn_shell(p.origin, fence.clone()).await {
-            Ok(sh) => {
-                slot.shell = Some(sh);
-                slot.editor_env = editor_env;
-                slot.fence = fence;
-                slot.permit = Some(permit);
-            }
-            Err(e) if fence.is_some() && e.to_string().starts_with(crate::fence::UNSUPPORTED) => {
+        match self.spawn_shell(p.origin, kind.fence.clone()).await {
+            Ok(sh) => slot.fill(sh, kind, Some(permit)),
+            Err(e)
+                if kind.fence.is_some() && e.to_string().starts_with(crate::fence::UNSUPPORTED) =>
+            {
                 return Err(Error::SandboxUnavailable(e.to_string()));
             }
             Err(e) if shell::is_isolated(&e) => {
@@ -448,26 +400,14 @@ impl Runtime {
                 self.isolated.store(true, Ordering::Relaxed);
             }
             Err(e) => {
-                slot.lost = true;
+                slot.mark_lost();
                 let shell = self.shell_cfg.shell.display();
                 let why = format!("Bash command failed: cannot start {shell}: {e}");
                 return Ok(Taken::Unrun(Outcome::MissingExitStatus, Some(why)));
             }
         }
-        slot.lost = false;
+        let shell_restarted = slot.take_lost();
         Ok(Taken::Ready(slot, shell_restarted))
-    }
-
-    /// Lets go of a session after a run: a key whose shell is gone frees its slot, and a run
-    /// waiting for capacity is woken.
-    fn release(&self, mut slot: tokio::sync::OwnedMutexGuard<Slot>, key: Option<&str>) {
-        slot.last_used = Some(Instant::now());
-        let gone = slot.shell.is_none();
-        drop(slot);
-        if let (true, Some(key)) = (gone, key) {
-            self.free_slot(key);
-        }
-        self.released.notify_waiters();
     }
 
     /// The result of a run (pipes, PTY, remote alike), shaped from its output and ending, with
@@ -571,18 +511,11 @@ impl Runtime {
     /// An idle bang shell session: [`BANG_KEY`] when it is free (so `export`s and functions carry over
     /// from one command to the next), else `bang.2`, `bang.3`, … — the first idle one, a new one
     /// when every one is busy. While [`Runtime::warm`] starts the first shell, it is waited for.
-    async fn bang_slot(&self) -> tokio::sync::OwnedMutexGuard<Slot> {
+    async fn bang_slot(&self) -> Held<Shell> {
         if self.warming.load(Ordering::Acquire) {
-            return self.slot(BANG_KEY).lock_owned().await;
+            return self.sessions.slot(&BANG_KEY.to_string()).lock_owned().await;
         }
-        let mut n = 1usize;
-        loop {
-            let key = if n == 1 { BANG_KEY.to_string() } else { format!("{BANG_KEY}.{n}") };
-            if let Ok(guard) = self.slot(&key).try_lock_owned() {
-                return guard;
-            }
-            n += 1;
-        }
+        self.sessions.take_idle(bang_key)
     }
 
     /// Starts the first bang shell (taking the rc snapshot) ahead of the first command, so it
@@ -598,19 +531,17 @@ impl Runtime {
             let (changes, cwd) = (self.changes.clone(), self.prep.base_dir.clone());
             tokio::spawn(async move { drop(changes.begin(&cwd).await) });
         }
-        let Ok(mut slot) = self.slot(BANG_KEY).try_lock_owned() else {
+        let Ok(mut slot) = self.sessions.slot(&BANG_KEY.to_string()).try_lock_owned() else {
             self.warming.store(false, Ordering::Release);
             return false;
         };
         // Warming is a courtesy: it takes a free place among `limits.max_sessions` or none
         // (it never closes another session to make room).
-        let permit = self.capacity.clone().try_acquire_owned().ok();
+        let permit = self.sessions.try_permit();
         if slot.shell.is_none() && !self.isolated.load(Ordering::Relaxed) && permit.is_some() {
             match self.spawn_shell(Origin::Bang, None).await {
                 Ok(sh) => {
-                    slot.shell = Some(sh);
-                    slot.editor_env = true;
-                    slot.permit = permit;
+                    slot.fill(sh, Kind { editor_env: true, fence: None }, permit);
                     slot.last_used = Some(Instant::now());
                 }
                 Err(e) if shell::is_isolated(&e) => self.isolated.store(true, Ordering::Relaxed),
@@ -622,56 +553,6 @@ impl Runtime {
         }
         self.warming.store(false, Ordering::Release);
         slot.shell.is_some()
-    }
-
-    fn slot(&self, key: &str) -> Arc<tokio::sync::Mutex<Slot>> {
-        let mut map = match self.sessions.lock() {
-            Ok(m) => m,
-            Err(p) => p.into_inner(),
-        };
-        map.entry(key.to_string())
-            .or_insert_with(|| {
-                // A key whose closed shell was forgotten still says `shell_restarted` once.
-                let lost = self.forget_lost(key);
-                Arc::new(tokio::sync::Mutex::new(Slot { lost, ..Default::default() }))
-            })
-            .clone()
-    }
-
-    /// Frees the slot of `key` when its shell is gone and nobody holds or waits for it (contract
-    /// §5: memory does not grow with the number of keys ever used). That its shell was lost
-    /// is remembered for the newest [`LOST_KEPT`] keys only.
-    fn free_slot(&self, key: &str) {
-        let mut map = match self.sessions.lock() {
-            Ok(m) => m,
-            Err(p) => p.into_inner(),
-        };
-        let Some(slot) = map.get(key) else { return };
-        if Arc::strong_count(slot) != 1 {
-            return;
-        }
-        let lost = match slot.try_lock() {
-            Ok(s) if s.shell.is_none() => s.lost,
-            _ => return,
-        };
-        map.remove(key);
-        drop(map);
-        if lost {
-            let mut kept = self.lost_keys.lock().unwrap_or_else(|e| e.into_inner());
-            if kept.len() >= LOST_KEPT {
-                kept.pop_front();
-            }
-            kept.push_back(key.to_string());
-        }
-    }
-
-    /// Whether `key`'s forgotten slot had lost its shell (and forgets that).
-    fn forget_lost(&self, key: &str) -> bool {
-        let mut kept = self.lost_keys.lock().unwrap_or_else(|e| e.into_inner());
-        match kept.iter().position(|k| k == key) {
-            Some(i) => kept.remove(i).is_some(),
-            None => false,
-        }
     }
 
     /// The shell configuration for a command of `origin` (the environment differs).
@@ -690,87 +571,12 @@ impl Runtime {
         Shell::spawn(&cfg).await
     }
 
-    /// A place for one more live shell (contract §5, `limits.max_sessions`), taken before the shell
-    /// starts so the limit holds at every moment. When every place is taken, the least recently
-    /// used idle session (not `key`'s own) is closed to make room; when every live session is
-    /// busy, the call waits until one finishes and then closes it (or until a shell exits by
-    /// itself). `None` when the call is cancelled while waiting.
-    async fn reserve(
-        &self,
-        key: &str,
-        cancel: &CancellationToken,
-    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        loop {
-            // Registered before looking, so a run that ends in between still wakes us.
-            let released = self.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            if let Ok(permit) = self.capacity.clone().try_acquire_owned() {
-                return Some(permit);
-            }
-            if self.close_least_recent(key).await {
-                continue;
-            }
-            tokio::select! {
-                permit = self.capacity.clone().acquire_owned() => {
-                    if let Ok(permit) = permit {
-                        return Some(permit);
-                    }
-                }
-                _ = &mut released => {}
-                _ = cancel.cancelled() => return None,
-            }
-        }
-    }
-
-    /// Closes the least recently used idle shell session other than `key`'s; false when every
-    /// live session is busy.
-    async fn close_least_recent(&self, key: &str) -> bool {
-        let mut idle: Vec<(Instant, String, tokio::sync::OwnedMutexGuard<Slot>)> = self
-            .slots()
-            .into_iter()
-            .filter(|(k, _)| k != key)
-            .filter_map(|(k, slot)| {
-                let guard = slot.try_lock_owned().ok()?;
-                let used = guard.last_used.unwrap_or_else(Instant::now);
-                guard.shell.is_some().then_some((used, k, guard))
-            })
-            .collect();
-        idle.sort_by_key(|(t, _, _)| *t);
-        let Some((_, k, mut guard)) = idle.into_iter().next() else { return false };
-        tracing::info!("closing shell session {k:?}: limits.max_sessions reached");
-        guard.close().await;
-        drop(guard);
-        self.free_slot(&k);
-        true
-    }
-
-    fn slots(&self) -> Vec<(String, Arc<tokio::sync::Mutex<Slot>>)> {
-        match self.sessions.lock() {
-            Ok(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            Err(p) => p.into_inner().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        }
-    }
-
-    /// Closes shell sessions idle longer than `limits.session_idle_secs`. Busy sessions are
-    /// never touched. (The session count is held by [`Runtime::reserve`] as shells start.)
+    /// Closes shell sessions (local and remote) idle longer than `limits.session_idle_secs`.
+    /// Busy sessions are never touched. (The session count is held by [`Slots::reserve`] as
+    /// shells start.)
     pub async fn close_idle(&self) {
         let idle_limit = Duration::from_secs(self.settings.limits.session_idle_secs);
-        let mut closed = Vec::new();
-        for (key, slot) in self.slots() {
-            let Ok(mut guard) = slot.try_lock_owned() else { continue };
-            let stale = guard.last_used.is_some_and(|t| t.elapsed() >= idle_limit);
-            if guard.shell.is_some() && stale {
-                tracing::info!("closing shell session {key:?}: idle");
-                guard.close().await;
-            }
-            if guard.shell.is_none() {
-                closed.push(key);
-            }
-        }
-        for key in closed {
-            self.free_slot(&key);
-        }
+        self.sessions.close_idle(idle_limit).await;
         self.remote.close_idle(idle_limit).await;
     }
 
@@ -784,13 +590,7 @@ impl Runtime {
 
     /// Kills every shell session and everything it started.
     pub async fn shutdown(&self) {
-        let slots: Vec<Arc<tokio::sync::Mutex<Slot>>> = match self.sessions.lock() {
-            Ok(mut m) => m.drain().map(|(_, v)| v).collect(),
-            Err(_) => Vec::new(),
-        };
-        for slot in slots {
-            slot.lock().await.close().await;
-        }
+        self.sessions.shutdown().await;
         self.remote.shutdown().await;
         // Orphans of shells that died on their own, and anything still carrying our mark.
         let mark = format!("{}={}", procs::OWNER_VAR, self.owner());
@@ -961,7 +761,7 @@ fn private_state_dir(state_root: &Path) -> PathBuf {
 /// (the outcome, and why its shell could not start).
 enum Taken {
     /// The session, and whether an earlier shell of its key was lost (`shell_restarted`).
-    Ready(tokio::sync::OwnedMutexGuard<Slot>, bool),
+    Ready(Held<Shell>, bool),
     Unrun(Outcome, Option<String>),
 }
 

@@ -122,6 +122,15 @@ impl Prepared {
         self.origin
     }
 
+    /// The key of the session the command runs in: the one the call named, else its origin's
+    /// default (a bang command may then run in another idle bang session).
+    pub(crate) fn key(&self) -> &str {
+        self.session_key.as_deref().unwrap_or(match self.origin {
+            Origin::Bang => BANG_KEY,
+            Origin::Tool => DEFAULT_KEY,
+        })
+    }
+
     /// The command as the call gave it.
     pub fn command(&self) -> &str {
         &self.command

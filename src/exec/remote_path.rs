@@ -5,85 +5,18 @@
 //! run; only the shell is elsewhere, and the cwd is the remote one (checked there; none given:
 //! where the last command left the shell).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use tokio::sync::OwnedMutexGuard;
-
+use super::slots::{bang_key, Held, Kind};
 use super::{outcome_of, settings, waited_ms, Feed, Origin, Prepared, Request, Runtime, UpdateFn};
+use crate::prepare::DEFAULT_KEY;
 pub use crate::prepare::LOCAL_PROFILE;
-use crate::prepare::{BANG_KEY, DEFAULT_KEY};
 use crate::result::{BashResult, Outcome, Remote};
 use crate::shell::remote::{Encoder, RemoteConfig, RemoteShell};
 use crate::shell::{RunError, Session};
 use crate::{Error, Result};
-
-#[derive(Default)]
-struct Slot {
-    shell: Option<RemoteShell>,
-    /// The previous session of this pair was thrown away: the next run says `shell_restarted`.
-    lost: bool,
-    last_used: Option<Instant>,
-}
-
-impl Slot {
-    async fn close(&mut self) {
-        if let Some(mut sh) = self.shell.take() {
-            sh.close().await;
-            self.lost = true;
-        }
-    }
-}
-
-/// One (profile, session key) pair's session, locked while a command runs in it.
-type SharedSlot = Arc<tokio::sync::Mutex<Slot>>;
-
-/// The live remote sessions, by (profile, session key).
-#[derive(Default)]
-pub(crate) struct Pool {
-    sessions: Mutex<HashMap<(String, String), SharedSlot>>,
-}
-
-impl Pool {
-    fn slot(&self, profile: &str, key: &str) -> SharedSlot {
-        let mut map = match self.sessions.lock() {
-            Ok(m) => m,
-            Err(p) => p.into_inner(),
-        };
-        map.entry((profile.to_string(), key.to_string())).or_default().clone()
-    }
-
-    fn all(&self) -> Vec<SharedSlot> {
-        match self.sessions.lock() {
-            Ok(m) => m.values().cloned().collect(),
-            Err(p) => p.into_inner().values().cloned().collect(),
-        }
-    }
-
-    /// Closes idle sessions older than `idle` (busy ones are never touched).
-    pub(crate) async fn close_idle(&self, idle: Duration) {
-        for slot in self.all() {
-            let Ok(mut guard) = slot.try_lock_owned() else { continue };
-            if guard.shell.is_some() && guard.last_used.is_some_and(|t| t.elapsed() >= idle) {
-                guard.close().await;
-            }
-        }
-    }
-
-    /// Closes every session (the remote side kills each tree).
-    pub(crate) async fn shutdown(&self) {
-        let slots: Vec<_> = match self.sessions.lock() {
-            Ok(mut m) => m.drain().map(|(_, v)| v).collect(),
-            Err(_) => Vec::new(),
-        };
-        for slot in slots {
-            slot.lock().await.close().await;
-        }
-    }
-}
 
 impl Runtime {
     /// The profile a request runs under: its own, else `default_profile`; `None` for this
@@ -130,8 +63,8 @@ impl Runtime {
         if !shell.is_alive() {
             slot.close().await;
         }
-        slot.last_used = Some(Instant::now());
-        drop(slot);
+        let key = p.session_key.as_ref().map(|k| (profile.to_string(), k.clone()));
+        self.remote.release(slot, key.as_ref());
         let mut lost = None;
         let outcome = match end {
             Err(RunError::BadCwd) => {
@@ -174,31 +107,26 @@ impl Runtime {
         profile: &str,
         argv: &[String],
         cancel: &CancellationToken,
-    ) -> std::result::Result<(OwnedMutexGuard<Slot>, bool), (Outcome, Option<String>)> {
+    ) -> std::result::Result<(Held<RemoteShell>, bool), (Outcome, Option<String>)> {
         let mut slot = match (&p.session_key, p.origin) {
-            (None, Origin::Bang) => {
-                // The user's own commands never wait (§8.2): the first idle bang session.
-                let mut n = 1usize;
-                loop {
-                    let key = if n == 1 { BANG_KEY.to_string() } else { format!("{BANG_KEY}.{n}") };
-                    if let Ok(guard) = self.remote.slot(profile, &key).try_lock_owned() {
-                        break guard;
-                    }
-                    n += 1;
-                }
-            }
+            // The user's own commands never wait (§8.2): the first idle bang session.
+            (None, Origin::Bang) => self.remote.take_idle(|n| (profile.to_string(), bang_key(n))),
             (key, _) => {
-                let slot = self.remote.slot(profile, key.as_deref().unwrap_or(DEFAULT_KEY));
-                tokio::select! {
-                    s = slot.lock_owned() => s,
-                    _ = cancel.cancelled() => return Err((Outcome::Cancelled, None)),
+                let key = (profile.to_string(), key.as_deref().unwrap_or(DEFAULT_KEY).to_string());
+                match self.remote.take(&key, cancel).await {
+                    Some(slot) => slot,
+                    None => return Err((Outcome::Cancelled, None)),
                 }
             }
         };
         if slot.shell.is_some() {
             return Ok((slot, false));
         }
-        let shell_restarted = slot.lost;
+        // Our own slot is locked, so eviction never picks it whatever key we name.
+        let key = (profile.to_string(), p.key().to_string());
+        let Some(permit) = self.remote.reserve(&key, cancel).await else {
+            return Err((Outcome::Cancelled, None));
+        };
         let cfg = RemoteConfig {
             profile: profile.to_string(),
             argv: argv.to_vec(),
@@ -211,12 +139,12 @@ impl Runtime {
         };
         match connect {
             Ok(sh) => {
-                slot.shell = Some(sh);
-                slot.lost = false;
+                slot.fill(sh, Kind::default(), Some(permit));
+                let shell_restarted = slot.take_lost();
                 Ok((slot, shell_restarted))
             }
             Err(why) => {
-                slot.lost = true;
+                slot.mark_lost();
                 let why =
                     format!("Cannot start remote session {profile:?} ({}): {why}", argv.join(" "));
                 Err((Outcome::MissingExitStatus, Some(why)))

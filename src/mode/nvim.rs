@@ -142,96 +142,24 @@ impl Handler for Backend {
             return Err(Value::from(malformed_reason(&args)));
         }
         let params = params(&args, &[]).map_err(|e| Value::from(format!("{name}: {e}")))?;
+        let rt = &self.rt;
         match name.as_str() {
-            "hello" => {
-                let theirs = params.get("version").and_then(|v| v.as_str()).unwrap_or("?");
-                tracing::info!("hello from the Lua plugin {theirs}");
-                // The git program receipts run (`[changes] git`, else `git` on PATH).
-                let git = self.rt.settings().changes.git.as_deref();
-                let git = git.map_or("git".into(), std::path::Path::to_string_lossy);
-                Ok(map(vec![
-                    ("version", Value::from(env!("CARGO_PKG_VERSION"))),
-                    ("pid", Value::from(std::process::id())),
-                    ("session_dir", Value::from(self.rt.store().dir().to_string_lossy().as_ref())),
-                    ("changes", Value::from(self.rt.changes().enabled())),
-                    ("changes_watch", Value::from(self.rt.changes().watching())),
-                    ("git", Value::from(git.as_ref())),
-                    ("fence", Value::from(self.rt.fence_report().as_str())),
-                    ("fence_ok", Value::from(self.rt.fence_usable())),
-                    ("spawn", Value::from(self.rt.spawn_report().as_str())),
-                ]))
-            }
+            "hello" => Ok(hello(rt, &params)),
             "ping" => Ok(Value::from("pong")),
-            "shell_info" => {
-                let r = self.rt.shell_report().await;
-                Ok(map(vec![
-                    ("shell", Value::from(r.shell.as_str())),
-                    ("version", Value::from(r.version.as_str())),
-                    ("supported", Value::from(r.supported)),
-                    ("snapshot", Value::from(r.snapshot.as_str())),
-                ]))
-            }
+            "shell_info" => Ok(shell_info(rt).await),
             "get_context" | "history" => {
                 let (offset, limit) =
                     super::page_args(&params).map_err(|e| Value::from(format!("{name}: {e}")))?;
                 Ok(if name == "history" {
-                    wire::msgpack(&super::history_page(&self.rt, offset, limit).await)
+                    wire::msgpack(&super::history_page(rt, offset, limit).await)
                 } else {
-                    wire::msgpack(&super::context_page(&self.rt, offset, limit).await)
+                    wire::msgpack(&super::context_page(rt, offset, limit).await)
                 })
             }
-            "artifact_path" => {
-                let url = match params.get("url") {
-                    None => "",
-                    Some(serde_json::Value::String(s)) => s.as_str(),
-                    Some(other) => {
-                        return Err(Value::from(format!(
-                            "artifact_path: \"url\" must be a string, got {other}"
-                        )))
-                    }
-                };
-                crate::artifacts::resolve_path(Some(self.rt.store()), url)
-                    .map(|p| Value::from(p.to_string_lossy().as_ref()))
-                    .map_err(|e| Failure::from(e).msgpack())
-            }
+            "artifact_path" => artifact_path(rt, &params),
             // contract §13: `undo {id?}`, `undo_check {id?}`, `changes {id?}`, `changes_before {id, path}`.
             "undo" | "undo_check" | "changes" | "changes_before" => {
-                let id = match params.get("id") {
-                    None | Some(serde_json::Value::Null) => None,
-                    Some(v) => Some(v.as_u64().ok_or_else(|| {
-                        Value::from(format!(
-                            "{name}: \"id\" must be a non-negative integer, got {v}"
-                        ))
-                    })?),
-                };
-                match name.as_str() {
-                    // The refusal's text names the paths changed since.
-                    "undo" => super::undo(&self.rt, id)
-                        .await
-                        .map(|done| wire::msgpack(&done))
-                        .map_err(|f| f.msgpack()),
-                    // nil when `undo` would happen now, else its refusal's text.
-                    "undo_check" => match self.rt.changes().check_undo(id).await {
-                        Ok(()) => Ok(Value::Nil),
-                        Err(e) => Err(Failure::from(e).msgpack()),
-                    },
-                    "changes" => super::run_changes(&self.rt, id)
-                        .map(|c| wire::msgpack(&c))
-                        .map_err(|f| f.msgpack()),
-                    _ => {
-                        let path = params.get("path").and_then(|p| p.as_str()).unwrap_or("");
-                        let id =
-                            id.ok_or_else(|| Value::from("changes_before: \"id\" is required"))?;
-                        match self.rt.changes().before(id, path).await {
-                            Ok(Some(bytes)) => Ok(map(vec![
-                                ("exists", Value::from(true)),
-                                ("content", Value::Binary(bytes)),
-                            ])),
-                            Ok(None) => Ok(map(vec![("exists", Value::from(false))])),
-                            Err(e) => Err(Failure::from(e).msgpack()),
-                        }
-                    }
-                }
+                changes_request(rt, &name, &params).await
             }
             other => Err(Value::from(format!("Unknown request: {other}"))),
         }
@@ -579,6 +507,93 @@ impl Backend {
             },
             Some((pump, finish_tx)),
         ))
+    }
+}
+
+/// `hello`: the backend's version and what it runs with (`:checkhealth` shows it).
+fn hello(rt: &Runtime, params: &serde_json::Map<String, serde_json::Value>) -> Value {
+    let theirs = params.get("version").and_then(|v| v.as_str()).unwrap_or("?");
+    tracing::info!("hello from the Lua plugin {theirs}");
+    // The git program receipts run (`[changes] git`, else `git` on PATH).
+    let git = rt.settings().changes.git.as_deref();
+    let git = git.map_or("git".into(), std::path::Path::to_string_lossy);
+    map(vec![
+        ("version", Value::from(env!("CARGO_PKG_VERSION"))),
+        ("pid", Value::from(std::process::id())),
+        ("session_dir", Value::from(rt.store().dir().to_string_lossy().as_ref())),
+        ("changes", Value::from(rt.changes().enabled())),
+        ("changes_watch", Value::from(rt.changes().watching())),
+        ("git", Value::from(git.as_ref())),
+        ("fence", Value::from(rt.fence_report().as_str())),
+        ("fence_ok", Value::from(rt.fence_usable())),
+        ("spawn", Value::from(rt.spawn_report().as_str())),
+    ])
+}
+
+/// `shell_info`: the shell, its version and its rc snapshot (`:checkhealth`).
+async fn shell_info(rt: &Runtime) -> Value {
+    let r = rt.shell_report().await;
+    map(vec![
+        ("shell", Value::from(r.shell.as_str())),
+        ("version", Value::from(r.version.as_str())),
+        ("supported", Value::from(r.supported)),
+        ("snapshot", Value::from(r.snapshot.as_str())),
+    ])
+}
+
+/// `artifact_path {url}`: the file behind an `artifact://` URL.
+fn artifact_path(
+    rt: &Runtime,
+    params: &serde_json::Map<String, serde_json::Value>,
+) -> std::result::Result<Value, Value> {
+    let url = match params.get("url") {
+        None => "",
+        Some(serde_json::Value::String(s)) => s.as_str(),
+        Some(other) => {
+            return Err(Value::from(format!(
+                "artifact_path: \"url\" must be a string, got {other}"
+            )))
+        }
+    };
+    crate::artifacts::resolve_path(Some(rt.store()), url)
+        .map(|p| Value::from(p.to_string_lossy().as_ref()))
+        .map_err(|e| Failure::from(e).msgpack())
+}
+
+/// contract §13: `undo {id?}`, `undo_check {id?}`, `changes {id?}`, `changes_before {id, path}`.
+async fn changes_request(
+    rt: &Runtime,
+    name: &str,
+    params: &serde_json::Map<String, serde_json::Value>,
+) -> std::result::Result<Value, Value> {
+    let id = match params.get("id") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            Value::from(format!("{name}: \"id\" must be a non-negative integer, got {v}"))
+        })?),
+    };
+    match name {
+        // The refusal's text names the paths changed since.
+        "undo" => {
+            super::undo(rt, id).await.map(|done| wire::msgpack(&done)).map_err(|f| f.msgpack())
+        }
+        // nil when `undo` would happen now, else its refusal's text.
+        "undo_check" => match rt.changes().check_undo(id).await {
+            Ok(()) => Ok(Value::Nil),
+            Err(e) => Err(Failure::from(e).msgpack()),
+        },
+        "changes" => super::run_changes(rt, id).map(|c| wire::msgpack(&c)).map_err(|f| f.msgpack()),
+        _ => {
+            let path = params.get("path").and_then(|p| p.as_str()).unwrap_or("");
+            let id = id.ok_or_else(|| Value::from("changes_before: \"id\" is required"))?;
+            match rt.changes().before(id, path).await {
+                Ok(Some(bytes)) => {
+                    Ok(map(vec![("exists", Value::from(true)), ("content", Value::Binary(bytes))]))
+                }
+                Ok(None) => Ok(map(vec![("exists", Value::from(false))])),
+                Err(e) => Err(Failure::from(e).msgpack()),
+            }
+        }
     }
 }
 

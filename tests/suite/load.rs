@@ -150,3 +150,39 @@ async fn warming_respects_max_sessions() {
     assert_eq!(shells(), 1);
     rt.shutdown().await;
 }
+
+/// A shell of the wrong kind is replaced in its own slot: with `limits.max_sessions = 1`, a tool
+/// call on a key whose shell a bang command started (with the editor's handles) gets a fresh
+/// shell. The killed shell's place must go with it: it kept it, and the call waited for
+/// capacity forever (it held the only place itself).
+#[tokio::test]
+async fn replacing_a_shell_of_another_kind_gives_its_place_back() {
+    use agent_bash::exec::settings::{Limits, Settings};
+    use agent_bash::exec::{Origin, Request, Runtime};
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings {
+        shell: Some("/bin/bash".into()),
+        limits: Limits { max_sessions: 1, ..Default::default() },
+        ..Default::default()
+    };
+    let rt = Runtime::new(settings, dir.path().join("s"), dir.path().to_path_buf()).unwrap();
+    let call = |origin| Request {
+        origin,
+        command: "echo $$".into(),
+        session_key: Some("k".into()),
+        timeout: Some(30.0),
+        ..Default::default()
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let bang = rt.run(call(Origin::Bang), cancel.clone(), None).await.unwrap();
+    assert_eq!(bang.exit_code, Some(0), "{}", bang.output);
+    // A hang guard, not a timing: the call either runs or waits for a place nobody gives back.
+    let tool =
+        tokio::time::timeout(Duration::from_secs(60), rt.run(call(Origin::Tool), cancel, None))
+            .await
+            .expect("the tool call waited for a session place its own slot still held")
+            .unwrap();
+    assert_eq!(tool.exit_code, Some(0), "{}", tool.output);
+    assert_ne!(tool.text, bang.text, "the tool call ran in the bang command's shell");
+    rt.shutdown().await;
+}
