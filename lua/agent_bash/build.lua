@@ -99,14 +99,15 @@ function M.advice(install)
   return lines
 end
 
---- The error for a missing binary: where it was looked for and how to build it.
+--- The error for a missing binary: where it was looked for and how to build it, a line each
+--- (the card shows them as lines, not one wrapped paragraph).
 ---@param looked string the path looked at before $PATH
 ---@return string
 function M.missing(looked)
-  return ('backend binary not found (looked at %s and $PATH). %s; or set `bin`'):format(
-    looked,
-    table.concat(M.advice(), '; ')
-  )
+  local lines = { ('backend binary not found (looked at %s and $PATH):'):format(looked) }
+  vim.list_extend(lines, M.advice())
+  table.insert(lines, 'or set `bin` in setup()')
+  return table.concat(lines, '\n')
 end
 
 --- Remembers the bang command that found no binary: a successful `:AgentBashBuild` runs it,

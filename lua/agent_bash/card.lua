@@ -228,24 +228,57 @@ function M.term_chrome(state, opts)
   local title = H.title_chunks(state, opts.width, icons, function(g)
     return g
   end)
+  -- Each part with its rank: when the footer is wider than the float, the lowest ranks go first
+  -- (a part is dropped whole, never cut mid-word).
   local parts = {}
   if state.status == 'running' then
     if state.waiting_input then
       -- In the terminal itself the answer is typed there; from elsewhere, the command goes to it.
-      parts[#parts + 1] = opts.focused and 'waiting for input: type your answer'
-        or 'waiting for input: :AgentBashFocus to answer'
+      parts[#parts + 1] = opts.focused and { 'waiting for input: type your answer', 5, 'waiting for input' }
+        or { 'waiting for input: :AgentBashFocus to answer', 5, 'waiting for input: :AgentBashFocus' }
     end
     if state.cancel_requested then
-      parts[#parts + 1] = 'cancelling…'
+      parts[#parts + 1] = { 'cancelling…', 4 }
     elseif term_kill then
-      parts[#parts + 1] = term_kill .. ' kill'
+      parts[#parts + 1] = { term_kill .. ' kill', 3 }
     end
-    parts[#parts + 1] = '<C-\\><C-n> normal mode'
+    parts[#parts + 1] = { '<C-\\><C-n> normal mode', 1 }
   else
-    parts[#parts + 1] = keys.toggle .. ' card'
+    parts[#parts + 1] = { keys.toggle .. ' card', 3 }
   end
-  parts[#parts + 1] = keys.close .. ' close'
-  return title, { { ' ' .. table.concat(parts, ' · ') .. ' ', 'AgentBashFooter' } }
+  parts[#parts + 1] = { keys.close .. ' close', 2 }
+  return title, { { H.fit_parts(parts, opts.width - 2), 'AgentBashFooter' } }
+end
+
+--- ` a · b · c ` from ranked parts, dropping the lowest-ranked ones until it fits `room`
+--- columns; the highest-ranked part alone then takes its short form, and is cut with `…` when
+--- even that does not fit.
+---@param parts [string, integer, string?][]
+---@param room integer
+---@return string
+function H.fit_parts(parts, room)
+  local function text()
+    return ' ' .. table.concat(vim.tbl_map(function(p)
+      return p[1]
+    end, parts), ' · ') .. ' '
+  end
+  while #parts > 1 and vim.fn.strwidth(text()) > room do
+    local low = 1
+    for i, p in ipairs(parts) do
+      if p[2] < parts[low][2] then
+        low = i
+      end
+    end
+    table.remove(parts, low)
+  end
+  if vim.fn.strwidth(text()) > room and parts[1][3] then
+    parts[1] = { parts[1][3], parts[1][2] }
+  end
+  local t = text()
+  if vim.fn.strwidth(t) > room and room > 3 then
+    t = ' ' .. vim.fn.strcharpart(parts[1][1], 0, room - 3) .. '… '
+  end
+  return t
 end
 
 -- Helpers -----------------------------------------------------------------------------------

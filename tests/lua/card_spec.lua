@@ -494,4 +494,21 @@ t.describe('term_chrome', function()
     t.ok(footer(s, false):find('waiting for input: :AgentBashFocus to answer', 1, true), footer(s, false))
     t.eq(nil, footer(bang(), true):find('waiting', 1, true))
   end)
+
+  t.it('a narrow float drops whole keys before the waiting message, and fits', function()
+    local s = bang({ waiting_input = true })
+    for _, width in ipairs({ 40, 60, 70, 100 }) do
+      local _, f = card.term_chrome(s, { width = width, focused = false })
+      local text = f[1][1]
+      t.ok(vim.fn.strwidth(text) <= width - 2, width .. ': ' .. text)
+      t.ok(text:find('waiting for input: :AgentBashFocus', 1, true), width .. ': ' .. text)
+      -- Only whole parts: every part shown is one the wide footer has.
+      local wide = footer(s, false)
+      for part in text:gmatch('[^·]+') do
+        t.ok(wide:find(vim.trim(part), 1, true), width .. ': ' .. part)
+      end
+    end
+    local _, f = card.term_chrome(s, { width = 20, focused = false })
+    t.ok(vim.fn.strwidth(f[1][1]) <= 18 and f[1][1]:find('^ waiting'), f[1][1])
+  end)
 end)
