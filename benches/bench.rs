@@ -5,7 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 //! `make bench`: every figure as a median over many runs, next to a baseline measured in the
 //! same run, and their ratio. Arguments filter sections by name (`sink`, `rpc`, `mcp`, `exec`,
-//! `changes`, `rss`, `abort`, `nvim`, `pty`, `editor`, `fence`, `remote`). Sizes can be scaled
+//! `changes`, `scale`, `rss`, `abort`, `nvim`, `pty`, `editor`, `fence`, `remote`). Sizes can be scaled
 //! down with `AGENT_BASH_BENCH_SCALE=0.1` for a quick look.
 
 use std::io::{BufRead, BufReader, Write};
@@ -319,15 +319,8 @@ fn bench_rpc(runs: usize) {
     }
 }
 
-/// contract §13: what a change receipt adds to a tool call that changes one file in a git
-/// repository of 10 000 files, against the same call with receipts off, side by side.
-fn bench_changes(runs: usize) {
-    let files = ((10_000.0 * scale()) as usize).max(100);
-    println!(
-        "\n### Change receipts (`tool_call` changing one file in a {files}-file git repo, median of {runs})\n"
-    );
-    println!("| what | receipts on | receipts off | added per call | goal |");
-    println!("|---|---|---|---|---|");
+/// A git repository of `files` small files, 100 per directory (`d0/f0.txt` …), committed.
+fn git_repo(files: usize) -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
     let per_dir = 100;
     for d in 0..files.div_ceil(per_dir) {
@@ -350,6 +343,210 @@ fn bench_changes(runs: usize) {
     git(&["init", "-q"]);
     git(&["add", "-A"]);
     git(&["commit", "-qm", "files"]);
+    repo
+}
+
+/// One `tool_call` (receipts apply) and its response line.
+fn tool_call(p: &mut RpcProc, id: &str, command: &str) -> (Duration, String) {
+    let t = Instant::now();
+    p.send(&format!("{{\"id\":\"{id}\",\"type\":\"tool_call\",\"command\":{command:?}}}"));
+    let line = p.wait(id);
+    (t.elapsed(), line)
+}
+
+/// Calls until a result carries a receipt (the first snapshot of the project is done), or says
+/// receipts are off for the project (`Err` with the response). Returns how long that took.
+fn until_receipts(p: &mut RpcProc, tag: &str) -> Result<Duration, String> {
+    let t = Instant::now();
+    for i in 0.. {
+        let (_, line) = tool_call(p, &format!("{tag}-ready{i}"), "true");
+        if line.contains("\"changesId\"") || line.contains("\"changesCount\"") {
+            return Ok(t.elapsed());
+        }
+        let waiting =
+            line.contains("is still being taken") || line.contains("goes on in the background");
+        if line.contains("\"changesUnavailable\"") && !waiting {
+            return Err(line);
+        }
+        assert!(t.elapsed() < Duration::from_secs(300), "no receipt after 5 min: {line}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unreachable!()
+}
+
+/// One agent's work: `calls` × (`true`, then a one-line write to its own file `d{k}/f0.txt`).
+/// Returns the `true` and the write latencies, and the writes whose result had no receipt
+/// listing that file, with the first one's reason (`changesUnavailable`).
+struct AgentRun {
+    trues: Vec<Duration>,
+    writes: Vec<Duration>,
+    unreceipted: usize,
+    why: Option<String>,
+}
+
+fn agent_calls(p: &mut RpcProc, k: usize, calls: usize) -> AgentRun {
+    let mut run = AgentRun { trues: Vec::new(), writes: Vec::new(), unreceipted: 0, why: None };
+    let file = format!("d{k}/f0.txt");
+    for i in 0..calls {
+        run.trues.push(tool_call(p, &format!("a{k}t{i}"), "true").0);
+        let (d, line) = tool_call(p, &format!("a{k}w{i}"), &format!("echo {i} > {file}"));
+        if !line.contains(&format!("\"path\":\"{file}\"")) {
+            run.unreceipted += 1;
+            let why =
+                line.split("\"changesUnavailable\":\"").nth(1).and_then(|r| r.split('"').next());
+            run.why = run.why.take().or(why.map(str::to_string));
+        }
+        run.writes.push(d);
+    }
+    run
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Many agents in one repository, and one agent in a big one (issue "scale"): separate `rpc`
+/// backends, receipts on (the default), against the single-agent and receipts-off baselines
+/// measured in the same run.
+fn bench_scale(calls: usize) {
+    let files = ((10_000.0 * scale()) as usize).max(1_000);
+    let agents = 8;
+    println!(
+        "\n### Scale (`tool_call`s from separate `rpc` backends in one git repo, receipts on; {calls} × (`true`, one-file write) per agent)\n"
+    );
+    println!("| what | ours (p50 / p99) | baseline (p50 / p99) | p99 ÷ baseline p99 | goal |");
+    println!("|---|---|---|---|---|");
+    let repo = git_repo(files);
+    // Baseline: one agent alone.
+    let mut one = RpcProc::start_in(repo.path(), "");
+    until_receipts(&mut one, "one").unwrap_or_else(|l| panic!("no receipts: {l}"));
+    let AgentRun { trues: mut t1, writes: mut w1, unreceipted, why } =
+        agent_calls(&mut one, 0, calls);
+    assert_eq!(unreceipted, 0, "one agent alone lost its receipts: {why:?}");
+    drop(one);
+    // Eight at once, each in its own backend, started together once every one has receipts.
+    let start = std::sync::Arc::new(std::sync::Barrier::new(agents));
+    let threads: Vec<_> = (0..agents)
+        .map(|k| {
+            let (dir, start) = (repo.path().to_path_buf(), start.clone());
+            std::thread::spawn(move || {
+                let mut p = RpcProc::start_in(&dir, "");
+                until_receipts(&mut p, &format!("g{k}")).unwrap_or_else(|l| panic!("{l}"));
+                start.wait();
+                agent_calls(&mut p, k, calls)
+            })
+        })
+        .collect();
+    let (mut t8, mut w8, mut lost, mut why) = (Vec::new(), Vec::new(), 0, None);
+    for t in threads {
+        let run = t.join().unwrap();
+        t8.extend(run.trues);
+        w8.extend(run.writes);
+        lost += run.unreceipted;
+        why = why.or(run.why);
+    }
+    let show = |name: &str, ours: &mut Vec<Duration>, base: &mut Vec<Duration>, goal: &str| {
+        let (o50, o99) = (pct(ours, 0.5), pct(ours, 0.99));
+        let (b50, b99) = (pct(base, 0.5), pct(base, 0.99));
+        row(
+            name,
+            format!("{:.1} / {:.1} ms", ms(o50), ms(o99)),
+            format!("{:.1} / {:.1} ms", ms(b50), ms(b99)),
+            ms(o99) / ms(b99),
+            goal,
+        );
+    };
+    show(&format!("{agents} agents, {files} files: `true`"), &mut t8, &mut t1, "p99 ≤ 10 ms");
+    show(
+        &format!("{agents} agents, {files} files: one-file write"),
+        &mut w8,
+        &mut w1,
+        "p99 ≤ 60 ms",
+    );
+    if lost > 0 {
+        println!(
+            "| {agents} agents: writes without a receipt | {lost} of {} | 0 of {calls} alone | — | 0 |",
+            agents * calls
+        );
+        println!("\nFirst reason given: {}\n", why.unwrap_or_default());
+    }
+    drop(repo);
+
+    // One agent in a big repository (`changes.max_files` raised past it: the default turns
+    // receipts off there), against receipts off in the same repository.
+    let big = ((250_000.0 * scale()) as usize).max(2_000);
+    let repo = git_repo(big);
+    let mut on = RpcProc::start_in(repo.path(), "[changes]\nmax_files = 1000000\n");
+    let mut off = RpcProc::start_in(repo.path(), "[changes]\nenabled = false\n");
+    match until_receipts(&mut on, "big") {
+        Ok(first) => {
+            println!(
+                "| 1 agent, {big} files: first snapshot (background) | {:.1} s | — | — | ≤ 15 s |",
+                first.as_secs_f64()
+            );
+            let AgentRun { trues: mut ton, writes: mut won, unreceipted, why } =
+                agent_calls(&mut on, 0, calls);
+            if unreceipted > 0 {
+                println!("| 1 agent, {big} files: writes without a receipt | {unreceipted} of {calls} | — | — | 0 ({}) |", why.unwrap_or_default());
+            }
+            let (mut toff, mut woff) = (Vec::new(), Vec::new());
+            for i in 0..calls {
+                toff.push(tool_call(&mut off, &format!("ot{i}"), "true").0);
+                woff.push(
+                    tool_call(&mut off, &format!("ow{i}"), &format!("echo {i} > d0/f0.txt")).0,
+                );
+            }
+            let (a, b) = (pct(&mut ton, 0.5), pct(&mut toff, 0.5));
+            println!(
+                "| 1 agent, {big} files: `true` (median) | {:.2} ms | {:.2} ms off | {:+.2} ms | ≤ +1 ms |",
+                ms(a), ms(b), ms(a) - ms(b)
+            );
+            let (a, b) = (pct(&mut won, 0.5), pct(&mut woff, 0.5));
+            println!(
+                "| 1 agent, {big} files: one-file change (median) | {:.1} ms | {:.1} ms off | {:+.1} ms | ≤ 30 ms |",
+                ms(a), ms(b), ms(a) - ms(b)
+            );
+        }
+        Err(line) => {
+            let why = line.split("\"changesUnavailable\":").nth(1).unwrap_or(&line);
+            println!(
+                "| 1 agent, {big} files | no receipts: {} | — | — | receipts on |",
+                why.trim()
+            );
+        }
+    }
+    drop((on, off, repo));
+
+    // The everyday path: a small project, `true` with receipts on and off, interleaved.
+    let repo = git_repo(20);
+    let mut on = RpcProc::start_in(repo.path(), "");
+    let mut off = RpcProc::start_in(repo.path(), "[changes]\nenabled = false\n");
+    until_receipts(&mut on, "small").unwrap_or_else(|l| panic!("{l}"));
+    tool_call(&mut off, "warm", "true");
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..calls * 4 {
+        a.push(tool_call(&mut on, &format!("s{i}"), "true").0);
+        b.push(tool_call(&mut off, &format!("s{i}"), "true").0);
+    }
+    let (a, b) = (median(a), median(b));
+    println!(
+        "| small project: `true` (median) | {:.3} ms | {:.3} ms off | {:+.3} ms | ≤ +0.1 ms |",
+        ms(a),
+        ms(b),
+        ms(a) - ms(b)
+    );
+}
+
+/// contract §13: what a change receipt adds to a tool call that changes one file in a git
+/// repository of 10 000 files, against the same call with receipts off, side by side.
+fn bench_changes(runs: usize) {
+    let files = ((10_000.0 * scale()) as usize).max(100);
+    println!(
+        "\n### Change receipts (`tool_call` changing one file in a {files}-file git repo, median of {runs})\n"
+    );
+    println!("| what | receipts on | receipts off | added per call | goal |");
+    println!("|---|---|---|---|---|");
+    let repo = git_repo(files);
     let mut on = RpcProc::start_in(repo.path(), "");
     let mut off = RpcProc::start_in(repo.path(), "[changes]\nenabled = false\n");
     let call = |p: &mut RpcProc, id: &str, i: usize| -> (Duration, String) {
@@ -986,6 +1183,9 @@ fn main() {
     }
     if want("changes") {
         bench_changes(50);
+    }
+    if want("scale") {
+        bench_scale(50);
     }
     if want("rss") {
         bench_rss();
