@@ -28,6 +28,21 @@ echo "== valgrind: $(scripts/debian-tool.sh /usr/bin/valgrind valgrind)"
 echo "== zsh: $(scripts/debian-tool.sh /usr/bin/zsh zsh)"
 echo "== zoxide: $(scripts/debian-tool.sh /usr/bin/zoxide zoxide)"
 echo "== Neovim: $("$NVIM_BIN" --version | head -n1) ($NVIM_BIN)"
+# The bash version matrix (tests/suite/{shell,pty,spawn,differential,sessions,security}.rs run in
+# bash 3.2, 4.4, the machine's 5.2 and 5.3): the 3.2, 4.4 and 5.3 builds live beside the
+# repository, in ../shared/bash/ (README). Missing builds fail here, loudly, never skip.
+bash_builds=""
+for d in "${AGENT_BASH_TEST_BASH_BUILDS:-}" ../shared/bash ../../shared/bash; do
+  if [ -n "$d" ] && [ -x "$d/bash-3.2" ] && [ -x "$d/bash-4.4" ] && [ -x "$d/bash-5.3" ]; then
+    bash_builds=$d
+    break
+  fi
+done
+if [ -z "$bash_builds" ]; then
+  echo "error: the bash 3.2, 4.4 and 5.3 builds are missing from ../shared/bash/ (the version matrix: README)" >&2
+  exit 1
+fi
+echo "== bash matrix: $(for v in 3.2 4.4 5.3; do "$bash_builds/bash-$v" -c 'printf "%s, " "$BASH_VERSION"'; done)/bin/bash $(/bin/bash -c 'echo "$BASH_VERSION"')"
 echo "== import cycles"
 scripts/check-cycles.py
 echo "== format and lints"

@@ -129,6 +129,11 @@ pub struct Sink {
     /// Rescued lines (contract §7): sees every chunk, and counts its newlines for the sink in the
     /// same pass; none with a head limit, whose window keeps the start anyway.
     rescue: Option<Rescue>,
+    /// With an extracted head ([`SinkConfig::close_after_head`]): bytes the producer wrote past
+    /// the head part. Bash would never have printed them, so they are kept nowhere and counted
+    /// nowhere but here, for [`Sink::should_close`] (contract §1: counts are of what bash would
+    /// have printed).
+    past_head: u64,
 }
 
 impl Sink {
@@ -153,6 +158,7 @@ impl Sink {
                 .head
                 .is_none()
                 .then(|| Rescue::new(artifacts::verbatim_prefix(config.artifact_cap))),
+            past_head: 0,
         }
     }
 
@@ -164,6 +170,7 @@ impl Sink {
 
     /// Takes the next chunk of sanitized text (any size, not necessarily whole lines).
     pub fn push(&mut self, text: &str) {
+        let text = self.printed(text);
         if text.is_empty() {
             return;
         }
@@ -181,7 +188,7 @@ impl Sink {
     /// being written, a large chunk's buffer is handed to the writer rather than copied. `text`
     /// is left empty, possibly holding another buffer to reuse.
     pub fn push_owned(&mut self, text: &mut String) {
-        if self.artifact.is_none() {
+        if self.artifact.is_none() || self.close_after_head {
             self.push(text);
             text.clear();
             return;
@@ -194,6 +201,17 @@ impl Sink {
             self.note_artifact_error("writing the artifact failed", &e);
         }
         text.clear();
+    }
+
+    /// The part of a chunk bash would have printed: with an extracted head, what falls within
+    /// the head part (the rest only counts towards [`Sink::should_close`]); all of it otherwise.
+    fn printed<'t>(&mut self, text: &'t str) -> &'t str {
+        let Some(head) = self.head.as_ref().filter(|_| self.close_after_head) else {
+            return text;
+        };
+        let keep = head.share(text);
+        self.past_head += (text.len() - keep) as u64;
+        &text[..keep]
     }
 
     /// The newlines of a chunk: the rescue counts them in its own pass over the chunk.
@@ -241,16 +259,11 @@ impl Sink {
     /// True exactly when the head limit came from the command ([`SinkConfig::close_after_head`]),
     /// the head part is complete (its N lines, each with its newline, have been pushed) and at
     /// least [`HEAD_DRAIN`] bytes have been pushed after it. The producer then gets SIGPIPE on
-    /// its next write, as it would under `| head -n N`; the artifact holds the head part and up
-    /// to about 1 MiB more. The other bound of the rule (100 ms after the N-th line) is the
+    /// its next write, as it would under `| head -n N`; the artifact, the window and the
+    /// counters hold the head part only (what bash printed). The other bound of the rule (100 ms after the N-th line) is the
     /// executor's clock: see [`Sink::head_complete`].
     pub fn should_close(&self) -> bool {
-        match &self.head {
-            Some(head) if self.close_after_head && head.remaining == 0 => {
-                self.window.pushed_bytes - head.window.pushed_bytes >= HEAD_DRAIN as u64
-            }
-            _ => false,
-        }
+        self.head_complete() && self.past_head >= HEAD_DRAIN as u64
     }
 
     /// Whether the stream may be closed early and its head part is complete: from then on the
@@ -375,9 +388,18 @@ struct HeadPart {
 
 impl HeadPart {
     fn push(&mut self, text: &str) {
-        if self.remaining == 0 {
-            return;
-        }
+        let (end, newlines) = self.take(text);
+        self.remaining -= newlines;
+        self.window.push(&text[..end], newlines);
+    }
+
+    /// How many bytes of `text` belong to the head part.
+    fn share(&self, text: &str) -> usize {
+        self.take(text).0
+    }
+
+    /// The bytes of `text` that belong to the head part, and the newlines among them.
+    fn take(&self, text: &str) -> (usize, usize) {
         let mut end = 0;
         let mut newlines = 0;
         while newlines < self.remaining {
@@ -386,14 +408,10 @@ impl HeadPart {
                     end += p + 1;
                     newlines += 1;
                 }
-                None => {
-                    end = text.len();
-                    break;
-                }
+                None => return (text.len(), newlines),
             }
         }
-        self.remaining -= newlines;
-        self.window.push(&text[..end], newlines);
+        (end, newlines)
     }
 }
 
@@ -917,6 +935,33 @@ mod tests {
             sink.push(&"z\n".repeat(HEAD_DRAIN));
             assert!(!sink.should_close());
         }
+    }
+
+    /// contract §1: after an extracted `| head -n N`, every count is of what bash printed (the N
+    /// lines), whatever the producer wrote before it was stopped; the artifact of a head part
+    /// too long for the window holds those N lines, and the live window shows nothing past them.
+    #[test]
+    fn sink_counts_only_what_an_extracted_head_prints() {
+        let (_dir, store) = store();
+        let head = |n| SinkConfig { head: Some(n), close_after_head: true, ..config(20, 3) };
+        let mut sink = Sink::new(head(4), Some(store.clone()));
+        sink.push(&numbered(1..=2));
+        sink.push(&numbered(3..=9));
+        assert_eq!((sink.total_lines(), sink.window()), (4, "line2\nline3\nline4\n"));
+        let out = sink.finish();
+        assert_eq!((out.total_lines, out.total_bytes), (4, numbered(1..=4).len() as u64));
+        assert_eq!(out.shown_range, Some((2, 4)));
+        let id = out.artifact_id.expect("4 lines overflow a 3-line window");
+        assert_eq!(std::fs::read_to_string(store.path(id)).unwrap(), numbered(1..=4));
+        // Within the window: no artifact, the counters of the N lines.
+        let out = run(head(2), &[&numbered(1..=9)]);
+        assert_eq!(
+            (out.text.as_str(), out.total_lines, out.artifact_id),
+            ("line1\nline2\n", 2, None)
+        );
+        // An explicit head of the caller's (the command runs to its end) counts everything.
+        let caller = SinkConfig { head: Some(2), ..config(20, 3) };
+        assert_eq!(run(caller, &[&numbered(1..=9)]).total_lines, 9);
     }
 
     #[test]

@@ -268,3 +268,67 @@ pub fn shared_data(sub: &str, env: &str, files: &[&str]) -> std::path::PathBuf {
         .find(|d| files.iter().all(|f| d.join(f).exists()))
         .unwrap_or_else(|| panic!("{} in ../shared/{sub}/ (or ${env})", files.join(" and ")))
 }
+
+/// The bash of the version matrix for `version` (`"3.2"`, `"4.4"`, `"5.3"`; the machine's own
+/// 5.2 is `/bin/bash`): the build `../shared/bash/bash-<version>`, reached through a link named
+/// `bash` (in `target/tmp/bash-<version>/`), so the session and the oracle both run it as
+/// users do, under the name `bash` (`$0`, and the name in bash's messages). Panics when the
+/// builds are missing: the matrix fails loudly, never skips.
+pub fn bash_build(version: &str) -> &'static str {
+    use std::sync::OnceLock;
+    static LINKS: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    let links = LINKS.get_or_init(|| {
+        let builds = shared_data(
+            "bash",
+            "AGENT_BASH_TEST_BASH_BUILDS",
+            &["bash-3.2", "bash-4.4", "bash-5.3"],
+        );
+        ["3.2", "4.4", "5.3"]
+            .iter()
+            .map(|v| {
+                let target = builds.join(format!("bash-{v}")).canonicalize().unwrap();
+                let dir =
+                    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bash-{v}"));
+                std::fs::create_dir_all(&dir).unwrap();
+                let link = dir.join("bash");
+                if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
+                    // Made beside and renamed over: test processes may do this at once.
+                    let tmp = dir.join(format!(".bash-{}", std::process::id()));
+                    let _ = std::fs::remove_file(&tmp);
+                    std::os::unix::fs::symlink(&target, &tmp).unwrap();
+                    std::fs::rename(&tmp, &link).unwrap();
+                }
+                (v.to_string(), link.to_str().unwrap().to_owned())
+            })
+            .collect()
+    });
+    let found = links.iter().find(|(v, _)| v == version);
+    &found.unwrap_or_else(|| panic!("no bash {version} in the matrix")).1
+}
+
+/// The version of the bash at `shell` as `(major, minor)`, asked of the shell itself.
+pub fn bash_version(shell: &str) -> (u32, u32) {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<HashMap<String, (u32, u32)>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(v) = seen.lock().unwrap().get(shell) {
+        return *v;
+    }
+    let out = std::process::Command::new(shell)
+        .args(["-c", "echo ${BASH_VERSINFO[0]} ${BASH_VERSINFO[1]}"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace().map(|w| w.parse().unwrap());
+    let v = (it.next().unwrap(), it.next().unwrap());
+    seen.lock().unwrap().insert(shell.to_owned(), v);
+    v
+}
+
+/// The directory of a [`bash_build`] link, when `shell` is one.
+pub fn matrix_dir(shell: &str) -> Option<&std::path::Path> {
+    let dir = std::path::Path::new(shell).parent()?;
+    let name = dir.file_name()?.to_str()?;
+    (name.starts_with("bash-") && shell.ends_with("/bash")).then_some(dir)
+}
