@@ -496,7 +496,7 @@ impl Shell {
                 let _ = std::fs::remove_file(&fifo);
                 let status = self.wait_exit().await;
                 self.dead = true;
-                return Ok(RunEnd { ending: Ending::ShellExited(status), closed_early: false });
+                return Ok(RunEnd::of(Ending::ShellExited(status), true, false));
             }
             Err(e) => {
                 let _ = std::fs::remove_file(&fifo);
@@ -510,6 +510,8 @@ impl Shell {
         buf.resize(READ_CHUNK, 0);
         let mut run = LocalRun {
             rx: Some(OutputEnd::Unwatched(fd)),
+            group: &self.group,
+            after_foreground: false,
             quick_until,
             token: &token,
             status: &mut self.status,
@@ -533,7 +535,7 @@ impl Shell {
         // Fallback tracking: what the command left running is known before the next one.
         self.group.note();
         let end = end?;
-        Ok(RunEnd { ending: end.ending, closed_early: end.closed_early })
+        Ok(RunEnd::of(end.ending, end.eof, end.closed_early))
     }
 
     /// Writes the command's protocol line: its status token, or `None` when the shell did not
@@ -860,6 +862,10 @@ fn init_script(cfg: &ShellConfig, kind: ShellKind, dir: &Path, spawn_so: Option<
 /// FIFO and the shell's stdout, whose end means the shell exited).
 struct LocalRun<'s> {
     rx: Option<OutputEnd>,
+    /// The shell's processes: who else holds the output (see [`LocalRun::wait`]).
+    group: &'s procs::Group,
+    /// The foreground ended and the output is still open: read what is left without waiting.
+    after_foreground: bool,
     /// Until then the output is read only when the status comes (see [`QUICK`]).
     quick_until: Instant,
     token: &'s str,
@@ -885,6 +891,24 @@ impl Transport for LocalRun<'_> {
 
     async fn wait(&mut self, phase: Phase) -> LocalWake {
         let reading = phase.reading && self.rx.as_ref().is_some_and(OutputEnd::watched);
+        if reading && self.after_foreground {
+            // What is left in the pipe once the foreground ended is read now. Once it is empty
+            // with a writer still there: when that writer is only the shell itself (the call
+            // moved a copy of its output where the call's end does not close it: `exec 3>&1
+            // 1>&2 2>&3`), waiting for its next call, the output has ended, as `bash -c`'s
+            // does when its script ends (issue 29: such a call waited out the 250 ms of the
+            // background wait). A background job's copy is waited for as before.
+            let (n, more) = read_now(&self.rx, &mut self.buf);
+            if n > 0 || !more {
+                return LocalWake::Output(Ok(n));
+            }
+            self.after_foreground = false;
+            if let Some(rx) = &self.rx {
+                if !held_by_others(self.group, self.pid, rx.raw_fd()) {
+                    return LocalWake::Output(Ok(0));
+                }
+            }
+        }
         tokio::select! {
             biased;
             n = read_some(&mut self.rx, &mut self.buf), if reading => LocalWake::Output(n),
@@ -958,8 +982,27 @@ impl Transport for LocalRun<'_> {
     }
 
     fn keep_reading(&mut self) -> bool {
+        self.after_foreground = true;
         watch(&mut self.rx)
     }
+}
+
+/// Whether a process of `group` other than the shell `shell` holds the pipe that `fd` reads (a
+/// background job that may still write it). Read from `/proc/<pid>/fd` of each member: only
+/// once a call's foreground has ended with its output still open.
+#[allow(clippy::disallowed_methods)] // /proc reads: kernel tables, not disk
+fn held_by_others(group: &procs::Group, shell: i32, fd: std::os::fd::RawFd) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(pipe) = std::fs::metadata(format!("/proc/self/fd/{fd}")) else { return true };
+    let same = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == (pipe.dev(), pipe.ino()))
+    };
+    group.members().iter().filter(|m| m.pid != shell).any(|m| {
+        std::fs::read_dir(format!("/proc/{}/fd", m.pid))
+            .map(|dir| dir.flatten().any(|e| same(&e.path())))
+            // A member whose descriptors cannot be read may hold it.
+            .unwrap_or(true)
+    })
 }
 
 /// Waits (briefly) for the shell process `pid` to exit and maps its status.

@@ -163,5 +163,5 @@ async fn run(
         procs::disown_child(pid);
     }
     let end = end?;
-    Ok(RunEnd { ending: end.ending, closed_early: end.closed_early })
+    Ok(RunEnd::of(end.ending, end.eof, end.closed_early))
 }

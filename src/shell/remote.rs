@@ -289,7 +289,7 @@ impl RemoteShell {
         let mut run = RemoteRun { shell: &mut *self, seq, bytes: Vec::new(), fg: None };
         let end = read_loop(&mut run, out, deadline, cancel).await?;
         self.after_run(seq, &end, out).await;
-        Ok(RunEnd { ending: end.ending, closed_early: end.closed_early })
+        Ok(RunEnd::of(end.ending, end.eof, end.closed_early))
     }
 
     /// After the read loop: a timeout or cancel kills the tree; background jobs that still

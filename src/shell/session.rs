@@ -63,6 +63,19 @@ pub struct RunEnd {
     pub ending: Ending,
     /// We closed the output early because the sink asked for it.
     pub closed_early: bool,
+    /// The foreground ended while something still held the output open (a background job),
+    /// and the run ended by the background-wait rules (idle, or the cap) rather than at the
+    /// output's end (contract §5).
+    pub held: bool,
+}
+
+impl RunEnd {
+    /// The outcome of a read loop that ended `ending`: `eof` no writer held the output any
+    /// more, `closed_early` we closed it.
+    pub fn of(ending: Ending, eof: bool, closed_early: bool) -> RunEnd {
+        let held = matches!(ending, Ending::Done(_)) && !eof && !closed_early;
+        RunEnd { ending, closed_early, held }
+    }
 }
 
 /// Why a run has no [`RunEnd`].

@@ -46,6 +46,7 @@ in_each_shell!(
     shell_that_stops_executing_is_lost_not_waited_on,
     shell_set_n_through_the_runtime_restarts_the_session,
     shell_unterminated_constructs_fail_alone,
+    shell_output_moved_by_the_call_ends_with_its_status,
 );
 
 /// What the shell prints (both streams, in /tmp) for `cmd` and its status: `zsh -c CMD`; for
@@ -117,6 +118,38 @@ async fn shell_timeout_kills_tree_including_setsid(shell: &str) {
     assert_eq!(end, Ending::TimedOut);
     assert_eq!(out, "started\n");
     assert!(sh.group().members().is_empty());
+}
+
+/// Issue 29 group 9: a call that moves its output descriptor (`exec 3>&1 1>&2 2>&3`) leaves a
+/// copy of it in the shell, which waits for its next call: the output has ended there, as
+/// `bash -c`'s has when its script ends, so the run ends with the status instead of waiting for
+/// the output to go idle (`held`). A background job that holds the output is still waited
+/// for (`held` then), and a shell that ignores SIGTERM still closes.
+async fn shell_output_moved_by_the_call_ends_with_its_status(shell: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sh = Shell::spawn(&config_for(dir.path(), shell)).await.unwrap();
+    let cmd = "exec 3>&1 1>&2 2>&3; echo swapped; echo err >&2";
+    let (end, out) = run_end(&mut sh, cmd).await;
+    let want = shell_c(shell, cmd);
+    assert_eq!((out, end.ending, end.held), (want.0, Ending::Done(want.1), false));
+    let (end, out) = run_end(&mut sh, "sleep 3 & echo fg").await;
+    assert_eq!((out.as_str(), end.ending, end.held), ("fg\n", Ending::Done(0), true));
+    let (end, out) = run_end(&mut sh, "trap '' TERM; kill -TERM $$; echo survived").await;
+    assert_eq!((out.as_str(), end.ending), ("survived\n", Ending::Done(0)));
+    sh.close().await;
+    assert!(sh.group().members().is_empty());
+}
+
+async fn run_end(shell: &mut Shell, cmd: &str) -> (agent_bash::shell::RunEnd, String) {
+    let mut out = Vec::new();
+    let mut sink = |b: &[u8]| {
+        out.extend_from_slice(b);
+        true
+    };
+    let deadline = Some(Instant::now() + Duration::from_secs(30));
+    let cancel = CancellationToken::new();
+    let end = shell.run(cmd, Path::new("/tmp"), &mut sink, deadline, &cancel).await.unwrap();
+    (end, String::from_utf8_lossy(&out).into_owned())
 }
 
 /// `set -n` turns execution off for good in a non-interactive shell: the session must say the
