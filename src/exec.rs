@@ -154,6 +154,7 @@ impl Runtime {
                 runtime_dir: runtime_dir.path().to_path_buf(),
                 owner,
                 fence: None,
+                runner: true,
                 spawn: settings.spawn.unwrap_or(true),
             },
             bang_env,

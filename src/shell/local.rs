@@ -24,8 +24,23 @@
 //!   keep writing never corrupt the protocol, and dropping our read end gives the producer
 //!   SIGPIPE exactly as `| head` would.
 //!
+//! # Bash: a session is one script (contract §5)
+//! A bash session loads the runner builtin (`src/shell/runner.c`, with its spawn path
+//! `src/shell/spawn.c`, built by `build.rs` and loaded with `enable -f`), and the last line of
+//! the start-up script enters it for good: from then on the shell's top level runs nothing
+//! else. Each call comes to it as a frame on stdin (token, cwd, output FIFO, flags, text:
+//! [`Shell::frame`]), and it runs the text with bash's own `parse_and_execute(text, "-c", …)`,
+//! as `bash -c` runs its string, then writes `<token> <status>` to the status FIFO. No bash code
+//! of ours runs around a call, so nothing of ours shows (no `eval`/`source` frame, variable,
+//! trap firing, traced line or `$-` flag), what one call leaves (`$?`, PIPESTATUS, `$_`,
+//! traps) is what the next starts with, and a call that would end the script (`exit`, `set -e`,
+//! `set -u`) ends the shell as `bash -c` ends, its EXIT trap writing into the call's output. A
+//! bash that cannot load it (no C compiler at build time, not Linux, a bash without `enable
+//! -f`, an isolating prefix) runs the plain-bash driver below; what that driver shows is listed
+//! in doc/internals.md.
+//!
 //! # No command breaks the next one (contract §5)
-//! For bash, the protocol line holds no reserved word and every builtin is written `\builtin`:
+//! For bash without the runner, the protocol line holds no reserved word and every builtin is written `\builtin`:
 //! after an `eval` that hit the end of its text inside a quote, bash no longer recognizes a
 //! reserved word at the start of the next line it reads (measured with bash 5.2: `{` then
 //! fails as a syntax error, which kills a shell reading from stdin), and a user's alias must
@@ -200,7 +215,11 @@ pub struct ShellConfig {
     pub owner: String,
     /// The Landlock fence the shell starts under (contract §13); none for bang commands.
     pub fence: Option<crate::fence::Fence>,
-    /// Load the spawn builtin into bash sessions ([`SPAWN_SO`]).
+    /// Bash sessions run their calls through the runner builtin ([`SPAWN_SO`]) where it
+    /// loads; false: the plain-bash driver (see the module docs).
+    pub runner: bool,
+    /// With the runner: a plain external command starts with `posix_spawn` instead of bash's
+    /// fork (`src/shell/spawn.c`).
     pub spawn: bool,
 }
 
@@ -238,7 +257,9 @@ pub struct Shell {
     stale_fifo: Option<PathBuf>,
     /// Where this session's CPU time is read (found once, at start).
     probe: crate::resources::CpuProbe,
-    /// Bash loaded the spawn builtin ([`SPAWN_SO`]): plain commands go through it.
+    /// Bash loaded the runner builtin ([`SPAWN_SO`]): calls go to it as frames.
+    runner: bool,
+    /// With the runner, plain commands may take its spawn path.
     spawn: bool,
 }
 
@@ -260,16 +281,15 @@ pub const FIFO_DIR: &str = "f";
 const STATUS_NAME: &str = "st";
 /// The driver's file name: what bash names in error messages, as `bash -c` does.
 const DRIVER_NAME: &str = "bash";
-/// The shell variable naming the driver's directory: the spawn driver's for a plain command
-/// ([`fast_words`]), unless `set -x` or `set -v` would show the driver's line.
+/// The shell variable naming the driver's directory: the subshell driver's for a command
+/// that ends inside `$(`, unless `set -v` would show the driver's line.
 const VAR_DRIVER: &str = "__agent_bash_d";
 /// The shell variable holding the name the driver is sourced by.
 const VAR_DOT: &str = "__agent_bash_dot";
-/// The spawn driver's subdirectory of the driver directory.
-const SPAWN_DIR: &str = "s";
-/// The bash loadable builtin `src/shell/spawn.c` (built by `build.rs`; empty when the build
-/// machine had no C compiler): runs a plain external command with `posix_spawn` from inside
-/// the session's bash instead of bash's fork, which costs more than the rest of a round trip.
+/// The bash loadable builtin `src/shell/runner.c` with `src/shell/spawn.c` (built by
+/// `build.rs`; empty when the build machine had no C compiler): runs each call as `bash -c`
+/// runs its string, and a plain external command with `posix_spawn` from inside the session's
+/// bash instead of bash's fork, which costs more than the rest of a round trip.
 const SPAWN_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/spawn.so"));
 /// Whether this build has the spawn builtin ([`SPAWN_SO`]).
 pub fn spawn_built() -> bool {
@@ -278,14 +298,18 @@ pub fn spawn_built() -> bool {
 
 /// The subshell driver's subdirectory of the driver directory.
 const SUBSHELL_DIR: &str = "p";
-/// The one bash version the spawn builtin is loaded into: the version matrix
-/// (`tests/suite/spawn.rs`) proves it there only. Bash 3.2 cannot load it (symbols it lacks);
-/// 4.4 reports a `Terminated` child as `bash: line 1: PID Terminated …` where the builtin
-/// prints bash 5.2's short form, and 5.3 pads signal descriptions differently. Elsewhere bash
-/// forks as usual (the builtin saves ≈ 0.1 ms per external command).
+/// The one bash version whose runner takes the spawn path: the version matrix
+/// (`tests/suite/spawn.rs`) proves it there only. 4.4 reports a `Terminated` child as
+/// `bash: line 1: PID Terminated …` where the spawn path prints bash 5.2's short form, and 5.3
+/// pads signal descriptions differently. Elsewhere the runner leaves every command to bash,
+/// which forks as usual (the spawn path saves ≈ 0.1 ms per external command).
 const SPAWN_PROVEN: &str = "5.2";
-/// The builtin's name (its symbol is `<name>_struct`).
-const SPAWN_BUILTIN: &str = "__agent_bash_spawn";
+/// The runner builtin's name (its symbol is `<name>_struct`).
+const RUNNER_BUILTIN: &str = "__agent_bash_run";
+/// The word of the start-up reply that says the runner loaded.
+const RUNNER_REPLY: &str = "run";
+/// The word after it that says the spawn path is proven on this bash ([`SPAWN_PROVEN`]).
+const SPAWN_REPLY: &str = "spawn";
 /// Its file in the backend's runtime directory.
 const SPAWN_FILE: &str = "spawn.so";
 
@@ -370,13 +394,13 @@ impl Shell {
         };
         // The spawn builtin, where bash can load it (a `noexec` runtime directory, a bash
         // without `enable -f` or an isolating prefix cannot): the reply says whether it did.
-        let spawn_so = match kind {
-            ShellKind::Bash if cfg.spawn && cfg.prefix.is_empty() => {
+        let runner_so = match kind {
+            ShellKind::Bash if cfg.runner && cfg.prefix.is_empty() => {
                 spawn_library(&cfg.runtime_dir)
             }
             _ => None,
         };
-        let init = init_script(cfg, kind, &dir, spawn_so.as_deref());
+        let init = init_script(cfg, kind, &dir, runner_so.as_deref());
         match tokio::time::timeout(READY_TIMEOUT, shell.ready(cfg, &init)).await {
             Ok(Ok(())) => match shell.write_driver() {
                 Ok(()) => Ok(shell),
@@ -435,6 +459,7 @@ impl Shell {
             next_fifo: None,
             stale_fifo: None,
             probe: crate::resources::CpuProbe::of(pid),
+            runner: false,
             spawn: false,
         })
     }
@@ -451,7 +476,9 @@ impl Shell {
         match reply {
             Some("R isolated") => Err(io::Error::other(ISOLATED)),
             Some(line) if line.starts_with("R ") => {
-                self.spawn = line.split_whitespace().nth(2) == Some("spawn");
+                self.runner = line.split_whitespace().nth(2) == Some(RUNNER_REPLY);
+                self.spawn =
+                    self.runner && cfg.spawn && line.split_whitespace().nth(3) == Some(SPAWN_REPLY);
                 Ok(())
             }
             Some(line) => Err(io::Error::other(format!("unexpected shell reply: {line}"))),
@@ -676,9 +703,15 @@ impl Shell {
         &self.probe
     }
 
-    /// Whether this bash loaded the spawn builtin ([`SPAWN_SO`]).
+    /// Whether this bash runs plain commands with `posix_spawn` (the runner builtin loaded,
+    /// [`SPAWN_SO`], and the spawn path is on).
     pub fn spawns(&self) -> bool {
         self.spawn
+    }
+
+    /// Whether this bash loaded the runner builtin ([`SPAWN_SO`]).
+    pub fn runs_calls(&self) -> bool {
+        self.runner
     }
 
     /// The shell's process id (its counters measure the commands it runs, `crate::resources`).
@@ -698,9 +731,11 @@ impl Shell {
     ///   protocol's fixed part (see [`Shell::command_line`]). Bash reads its script from a pipe
     ///   one byte per read(2) but a sourced file in one read, so the protocol line only sources
     ///   it.
+    ///
+    /// A bash running the runner builtin needs none of them: its calls come as frames.
     fn write_driver(&mut self) -> io::Result<()> {
         use super::rundir::{private_dir, private_file};
-        if self.kind == ShellKind::Posix {
+        if self.kind == ShellKind::Posix || self.runner {
             return Ok(());
         }
         let dir = self.dir.clone();
@@ -716,12 +751,6 @@ impl Shell {
             )
         };
         private_file(&dir.join(DRIVER_NAME), driver("eval").as_bytes())?;
-        // With the spawn builtin, a second driver in `s/` runs plain commands through it (the
-        // builtin falls back to `eval` itself); same file name, so bash names it the same.
-        if self.spawn {
-            private_dir(&dir.join(SPAWN_DIR))?;
-            private_file(&dir.join(SPAWN_DIR).join(DRIVER_NAME), driver(SPAWN_BUILTIN).as_bytes())?;
-        }
         // A third one in `p/` runs the command's `eval` in a subshell: for a command that ends
         // inside `$(`, whose parse leaves bash's parser broken (see `ends_in_substitution`).
         private_dir(&dir.join(SUBSHELL_DIR))?;
@@ -742,6 +771,26 @@ impl Shell {
         self.dir.join(FIFO_DIR).join(seq.to_string())
     }
 
+    /// The runner's frame for `command` (see `src/shell/runner.c`): its length, then the
+    /// token, cwd, output FIFO, flags (`s`: a plain command the spawn path may take; `p`: a
+    /// command that ends inside `$(`, run in a subshell, see `ends_in_substitution`) and the
+    /// text, separated by NULs. Written in one piece; the runner reads it in two reads.
+    fn frame(&self, token: &str, command: &str, cwd: &Path, fifo: &Path) -> String {
+        let mut flags = String::new();
+        if self.spawn && fast_words(command) {
+            flags.push('s');
+        }
+        if crate::shellwords::ends_in_substitution(command) {
+            flags.push('p');
+        }
+        let payload = format!(
+            "{token}\0{}\0{}\0{flags}\0{command}",
+            cwd.to_string_lossy(),
+            fifo.to_string_lossy()
+        );
+        format!("{}\n{payload}", payload.len())
+    }
+
     /// The protocol line that runs `command` in `cwd` with its output into `fifo`.
     ///
     /// Kept short: bash reads its script from a pipe one byte per read(2). For bash, the
@@ -758,6 +807,9 @@ impl Shell {
         cwd: &Path,
         fifo: &Path,
     ) -> io::Result<String> {
+        if self.runner {
+            return Ok(self.frame(token, command, cwd, fifo));
+        }
         let cwd = quote(&cwd.to_string_lossy());
         let cmd = quote(command);
         let fifo = quote(&fifo.to_string_lossy());
@@ -779,14 +831,11 @@ impl Shell {
         // No reserved words, every builtin escaped: see the module docs. `sourcepath` off makes
         // `.` read the driver from its directory instead of searching PATH.
         let d = quote(&dir.to_string_lossy());
-        // A plain command goes to the spawn driver, unless `set -x` or `set -v` is on: they
-        // show the driver's line, which then names `eval` as before. A command that ends inside
-        // `$(` goes to the subshell driver (same output and status: it fails to parse there;
-        // what its earlier lines did is gone with the subshell), so the session's parser never
-        // meets it (`ends_in_substitution`), unless `set -v` shows the driver's line.
-        let other = if self.spawn && fast_words(command) {
-            Some((SPAWN_DIR, "xv"))
-        } else if crate::shellwords::ends_in_substitution(command) {
+        // A command that ends inside `$(` goes to the subshell driver (same output and status:
+        // it fails to parse there; what its earlier lines did is gone with the subshell), so
+        // the session's parser never meets it (`ends_in_substitution`), unless `set -v` shows
+        // the driver's line.
+        let other = if crate::shellwords::ends_in_substitution(command) {
             Some((SUBSHELL_DIR, "v"))
         } else {
             None
@@ -813,9 +862,11 @@ impl Shell {
     }
 }
 
-/// The start-up script of a shell in `dir`: the snapshot, the protocol's read-only variables,
-/// aliases on, the spawn builtin from `spawn_so`, and the reply line.
-fn init_script(cfg: &ShellConfig, kind: ShellKind, dir: &Path, spawn_so: Option<&Path>) -> String {
+/// The start-up script of a shell in `dir`: the snapshot, aliases on, the runner builtin from
+/// `runner_so` (bash), the protocol's read-only variables where no runner loaded, the reply
+/// line, and for bash with the runner the line that enters it (a bash that did not load it
+/// fails that line quietly, its stderr being /dev/null, and reads the plain protocol).
+fn init_script(cfg: &ShellConfig, kind: ShellKind, dir: &Path, runner_so: Option<&Path>) -> String {
     let mut init = String::new();
     if let Some(snap) = &cfg.snapshot {
         init.push_str(&format!(
@@ -823,37 +874,43 @@ fn init_script(cfg: &ShellConfig, kind: ShellKind, dir: &Path, spawn_so: Option<
             quote(&snap.to_string_lossy())
         ));
     }
-    if kind != ShellKind::Posix {
-        init.push_str(&format!(
-            "\\builtin readonly {VAR_CMD_FILE}={} {VAR_STATUS_FILE}={}\n",
-            quote(&dir.join(COMMAND_NAME).to_string_lossy()),
-            quote(&dir.join(FIFO_DIR).join(STATUS_NAME).to_string_lossy()),
-        ));
-    }
     match kind {
         ShellKind::Bash => init.push_str("shopt -s expand_aliases\n"),
         ShellKind::Zsh => init.push_str("setopt aliases\n"),
         ShellKind::Posix => {}
     }
-    let spawn_flag = match spawn_so {
+    let status = quote(&dir.join(FIFO_DIR).join(STATUS_NAME).to_string_lossy());
+    let variables = format!(
+        "\\builtin readonly {VAR_CMD_FILE}={} {VAR_STATUS_FILE}={status}",
+        quote(&dir.join(COMMAND_NAME).to_string_lossy()),
+    );
+    let runner_flag = match runner_so {
         Some(so) => {
             init.push_str(&format!(
-                "__agent_bash_sp=;\\builtin test \"${{BASH_VERSINFO[0]}}.${{BASH_VERSINFO[1]}}\" = {SPAWN_PROVEN}&&\\builtin enable -f {} {SPAWN_BUILTIN} 2>/dev/null && __agent_bash_sp=' spawn'\n",
+                "__agent_bash_sp=;\\builtin enable -f {} {RUNNER_BUILTIN} 2>/dev/null && __agent_bash_sp=' {RUNNER_REPLY}' && \\builtin test \"${{BASH_VERSINFO[0]}}.${{BASH_VERSINFO[1]}}\" = {SPAWN_PROVEN} && __agent_bash_sp=' {RUNNER_REPLY} {SPAWN_REPLY}'\n\\builtin test -n \"$__agent_bash_sp\" || {variables}\n",
                 quote(&so.to_string_lossy())
             ));
             "\"$__agent_bash_sp\""
         }
-        None => "''",
+        None => {
+            if kind != ShellKind::Posix {
+                init.push_str(&variables);
+                init.push('\n');
+            }
+            "''"
+        }
     };
     // The reply comes on stdout. A prefix that moves the shell into another filesystem
     // (`docker exec -i box`) cannot see our FIFOs: the reply says so, and the runtime runs
     // such commands one process each.
     init.push_str(&format!(
-        "[ -d {dir} ] || {{ builtin printf 'R isolated\\n'; exit 0; }}\nbuiltin printf 'R 1%s\\n' {spawn_flag}\n",
+        "[ -d {dir} ] || {{ builtin printf 'R isolated\\n'; exit 0; }}\nbuiltin printf 'R 1%s\\n' {runner_flag}\n",
         dir = quote(&dir.join(FIFO_DIR).to_string_lossy()),
     ));
-    if spawn_so.is_some() {
-        init.push_str("\\builtin unset __agent_bash_sp\n");
+    if runner_so.is_some() {
+        init.push_str(&format!(
+            "\\builtin unset __agent_bash_sp\n\\builtin {RUNNER_BUILTIN} {status}\n"
+        ));
     }
     init
 }

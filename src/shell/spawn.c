@@ -1,4 +1,4 @@
-/* A bash loadable builtin, `__agent_bash_spawn CMD`: runs a simple external command with
+/* The spawn path of the session runner (runner.c): runs a simple external command with
  * posix_spawn instead of bash's fork.
  *
  * Why: bash forks itself for every external command (page tables copied, copy-on-write faults
@@ -6,18 +6,17 @@
  * `/bin/true` costs 0.9 ms where a posix_spawn of it (clone with a shared address space) costs
  * 0.55-0.65 ms; spawning from a builtin inside the same bash costs 0.58-0.73 ms.
  *
- * The session loads this with `enable -f` and the backend sends through it only commands that
- * are one simple command of plain words (no quoting, expansion, redirection, assignment or
+ * The runner tries this for the calls the backend marks as one simple command of plain words (no quoting, expansion, redirection, assignment or
  * reserved word: see `fast_words` in local.rs). The child is started from inside bash, so it
  * inherits exactly what a forked child would: cwd, umask, limits, open descriptors (the
  * command's redirections are already in place), ignored signals, cgroup, Landlock fence.
  * Everything else bash would do differently is checked here first; when any check fails, or
  * the spawn itself fails (not found, not executable, no `#!` line, bad interpreter: posix_spawn
- * has no side effects then), the command runs through `eval` as usual, so bash prints its own
- * message.
+ * has no side effects then), the runner runs the text as `bash -c` does, so bash prints its own
+ * message. What bash does after a simple command (`$?`, PIPESTATUS, `$_`) is done here too.
  *
  * Symbols below come from the bash executable that loads us (it exports them for loadable
- * builtins); the structures are bash's public loadable-builtin ABI (bash 4 and 5). */
+ * builtins); the structures are bash's public loadable-builtin ABI (bash 3.2 to 5.3). */
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -38,29 +37,33 @@ typedef struct word_list {
   struct word_list *next;
   WORD_DESC *word;
 } WORD_LIST;
-typedef int sh_builtin_func_t(WORD_LIST *);
-struct builtin {
+typedef struct shell_var {
   char *name;
-  sh_builtin_func_t *function;
-  int flags;
-  char *const *long_doc;
-  const char *short_doc;
-  char *handle;
-};
+  char *value;
+  char *exportstr;
+  void *dynamic_value;
+  void *assign_func;
+  int attributes;
+  int context;
+} SHELL_VAR;
+#define ATT_EXPORTED 0x1
 
-extern int eval_builtin(WORD_LIST *);
+extern SHELL_VAR *bind_variable(const char *, char *, int);
+extern void set_pipestatus_from_exit(int);
 extern char *search_for_command(const char *, int);
 extern void *find_function(const char *);
-extern sh_builtin_func_t *find_shell_builtin(char *);
+extern void *find_shell_builtin(char *);
 extern void *find_alias(char *);
 extern void maybe_make_export_env(void);
 extern char *get_name_for_error(void);
 extern char **export_env;
 extern int interactive_shell, job_control, echo_command_at_execute, echo_input_at_read,
-    place_keywords_in_env, posixly_correct, restricted, expand_aliases, line_number;
+    place_keywords_in_env, posixly_correct, restricted, expand_aliases, line_number,
+    exit_immediately_on_error, read_but_dont_execute, last_command_exit_value;
 extern int signal_is_trapped(int);
 extern int signal_is_ignored(int);
-extern int signal_is_hard_ignored(int);
+/* Not in bash 3.2, whose signal_is_ignored covers it. */
+extern int signal_is_hard_ignored(int) __attribute__((weak));
 
 /* bash's trap.h numbers its pseudo-signals after the real ones. */
 #define DEBUG_TRAP NSIG
@@ -73,7 +76,8 @@ extern int signal_is_hard_ignored(int);
  * nothing of its own while doing so. */
 static int plain_state(char *name) {
   if (interactive_shell || job_control || echo_command_at_execute || echo_input_at_read ||
-      place_keywords_in_env || posixly_correct || restricted)
+      place_keywords_in_env || posixly_correct || restricted || exit_immediately_on_error ||
+      read_but_dont_execute)
     return 0;
   if (signal_is_trapped(DEBUG_TRAP) || signal_is_trapped(ERROR_TRAP) ||
       signal_is_trapped(SIGCHLD))
@@ -110,7 +114,24 @@ static void report_signal(pid_t pid, int status, char *const argv[]) {
   fflush(stderr);
 }
 
-static int spawn_builtin(WORD_LIST *list) {
+/* What bash does after a simple command: the status, PIPESTATUS and `$_` (its last word, not
+ * exported: execute_cmd.c bind_lastarg). */
+static void after_command(int status, char *last) {
+  SHELL_VAR *v;
+  last_command_exit_value = status;
+  set_pipestatus_from_exit(status);
+  v = bind_variable("_", last, 0);
+  if (v)
+    v->attributes &= ~ATT_EXPORTED;
+}
+
+static int hard_ignored(int sig) {
+  return signal_is_hard_ignored ? signal_is_hard_ignored(sig) : 0;
+}
+
+/* Runs `text` (one simple command of plain words) with posix_spawn when bash would run it as a
+ * plain external command: 1 and its status in *out, else 0 (nothing done). */
+int agent_bash_try_spawn(char *text, int *out) {
   char *argv[MAX_WORDS + 1];
   char *copy, *path, *word, *save = NULL;
   char **envp;
@@ -119,23 +140,22 @@ static int spawn_builtin(WORD_LIST *list) {
   sigset_t chld, old;
   posix_spawnattr_t attr;
 
-  if (!list || list->next || !list->word || !list->word->word)
-    return eval_builtin(list);
-  copy = strdup(list->word->word);
+  copy = strdup(text);
   if (!copy)
-    return eval_builtin(list);
+    return 0;
   for (word = strtok_r(copy, " \t\n", &save); word && n <= MAX_WORDS;
        word = strtok_r(NULL, " \t\n", &save))
     argv[n++] = word;
   if (n == 0 || n > MAX_WORDS || !plain_state(argv[0])) {
     free(copy);
-    return eval_builtin(list);
+    return 0;
   }
   argv[n] = NULL;
+  char *last = argv[n - 1];
   path = search_for_command(argv[0], CMDSRCH_HASH);
   if (!path) {
     free(copy);
-    return eval_builtin(list);
+    return 0;
   }
 
   /* The environment a forked child would have: the exported variables, `_` set to the path. */
@@ -146,7 +166,7 @@ static int spawn_builtin(WORD_LIST *list) {
   if (!envp) {
     free(path);
     free(copy);
-    return eval_builtin(list);
+    return 0;
   }
   n = 0;
   for (int i = 0; i < envn; i++)
@@ -174,7 +194,7 @@ static int spawn_builtin(WORD_LIST *list) {
   sigset_t deflt;
   sigemptyset(&deflt);
   for (int sig = 1; sig < NSIG; sig++) {
-    if (sig != SIGKILL && sig != SIGSTOP && !signal_is_hard_ignored(sig) && !signal_is_ignored(sig))
+    if (sig != SIGKILL && sig != SIGSTOP && !hard_ignored(sig) && !signal_is_ignored(sig))
       sigaddset(&deflt, sig);
   }
   if (internal_ignored < 0) {
@@ -215,20 +235,16 @@ static int spawn_builtin(WORD_LIST *list) {
   free(path);
   if (err != 0) {
     free(copy);
-    return eval_builtin(list);
+    return 0;
   }
+  line_number = 1;
   if (WIFSIGNALED(status)) {
     report_signal(pid, status, argv);
-    free(copy);
-    return 128 + WTERMSIG(status);
+    *out = 128 + WTERMSIG(status);
+  } else {
+    *out = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   }
+  after_command(*out, last);
   free(copy);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  return 1;
 }
-
-static char *const spawn_doc[] = {"Runs a plain external command without forking the shell.",
-                                  NULL};
-
-struct builtin __agent_bash_spawn_struct = {
-    "__agent_bash_spawn", spawn_builtin, 1 /* BUILTIN_ENABLED */, spawn_doc,
-    "__agent_bash_spawn command", NULL};

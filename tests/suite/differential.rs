@@ -3,9 +3,10 @@
 //! shell session; the output (after contract §4.1's sanitizing) and the status must be the same.
 //!
 //! Deliberate differences, each applied only to the cases that carry its flag:
-//! - [`EVAL`] (contract §5): a session runs each command through `eval`, so bash names `eval` where
-//!   `bash -c` names `-c` in syntax errors and heredoc warnings. The oracle for these cases is
-//!   `bash -c 'eval "$CMD"'`, which prints exactly that.
+//! - [`EVAL`] (contract §5, remote sessions only, `tests/suite/remote.rs`): a remote session runs
+//!   each command through `eval`, so bash names `eval` where `bash -c` names `-c` in syntax errors
+//!   and heredoc warnings. A local bash session runs each call as `bash -c` runs its string (the
+//!   runner builtin, `src/shell/runner.c`): its oracle is plain `bash -c`.
 //! - [`PRODUCER`] (contract §1): with a `| head`/`| tail` stage stripped, the status reported is the
 //!   producer's (the failure `| head` would hide is worth telling the model); the oracle's
 //!   status is then taken from the command without its stage.
@@ -30,7 +31,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Also run on the PTY path.
 pub(crate) const PTY: u8 = 1;
-/// Deliberate difference: the command runs through `eval` (see the module docs).
+/// Deliberate difference of remote sessions: the command runs through `eval` (see the module
+/// docs).
 pub(crate) const EVAL: u8 = 2;
 /// Deliberate difference: a stripped stage reports the producer's status.
 pub(crate) const PRODUCER: u8 = 4;
@@ -386,9 +388,6 @@ fn oracle(b: &Bench, command: &str, flags: u8) -> (String, i32) {
     if flags & ALIASES != 0 {
         script.push_str("shopt -s expand_aliases\n");
     }
-    if flags & EVAL != 0 {
-        return bash_c(b, "eval \"$DIFF_CMD\"", &[("DIFF_CMD", command)]);
-    }
     script.push_str(command);
     let (out, code) = bash_c(b, &script, &[]);
     if flags & PRODUCER != 0 {
@@ -517,18 +516,15 @@ async fn differential_sequences_keep_state_and_survive_errors(shell: &'static st
         }
         for k in 0..steps.len() {
             // bash -c with the earlier steps run (output discarded) on the same line, each
-            // through `eval` as the session runs them.
+            // through `eval`, then the step as written, as the session runs it.
             let mut script = String::new();
             let mut vars = Vec::new();
             for i in 0..=k {
                 let name = format!("DIFF_S{i}");
                 if i < k {
                     script.push_str(&format!("eval \"${name}\" >/dev/null 2>&1 </dev/null; "));
-                } else if b.zsh() {
-                    // zsh: the step as written, as `zsh -c` runs it (see [`oracle`]).
-                    script.push_str(steps[i]);
                 } else {
-                    script.push_str(&format!("eval \"${name}\""));
+                    script.push_str(steps[i]);
                 }
                 vars.push((name, steps[i]));
             }
@@ -550,20 +546,23 @@ async fn differential_sequences_keep_state_and_survive_errors(shell: &'static st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_deliberate_differences() {
     let b = bench();
-    // contract §5: an EXIT trap runs when the session's shell ends, not after each command.
-    let r = run(&b, "trap 'echo bye' EXIT; echo hi", "d1", false).await;
+    // contract §5: an EXIT trap runs when the session's shell ends, not after each command (as
+    // in one script of the calls); its output belongs to the call that ends the shell.
+    let r = run(&b, "trap 'echo bye $?' EXIT; echo hi", "d1", false).await;
     assert_eq!(r.text, "hi\n");
-    assert_eq!(bash_c(&b, "trap 'echo bye' EXIT; echo hi", &[]).0, "hi\nbye\n");
-    // contract §5: `return` at top level returns from the command (bash -c refuses it and goes on).
-    let r = run(&b, "return 3; echo not-reached", "d2", false).await;
-    assert_eq!((r.text.as_str(), r.exit_code), ("", Some(3)));
-    let (out, code) = bash_c(&b, "return 3; echo x", &[]);
-    assert_eq!((out.ends_with("x\n"), code), (true, 0));
-    // contract §5: an expansion error fails the command (status 1) instead of ending the shell
-    // (bash -c exits 127); the message is the same.
-    let r = run(&b, "set -u; echo ${NOPE_UNSET}", "d3", false).await;
-    let (out, code) = bash_c(&b, "set -u; echo ${NOPE_UNSET}", &[]);
-    assert_eq!((r.text.as_str(), r.exit_code, code), (out.as_str(), Some(1), 127));
+    assert_eq!(bash_c(&b, "trap 'echo bye $?' EXIT; echo hi", &[]).0, "hi\nbye 0\n");
+    let r = run(&b, "exit 4", "d1", false).await;
+    let want = bash_c(&b, "trap 'echo bye $?' EXIT; exit 4", &[]);
+    assert_eq!((r.text.clone(), r.exit_code.unwrap_or(-1)), want);
+    // contract §5: what bash -c does with a `return` at top level (refuses it and goes on) and
+    // with an unset name under `set -u` (the script ends, 127: the next call gets a new shell).
+    for (key, command) in [("d2", "return 3; echo x"), ("d3", "set -u; echo ${NOPE_UNSET}; echo x")]
+    {
+        let r = run(&b, command, key, false).await;
+        let want = bash_c(&b, command, &[]);
+        assert_eq!((r.text.clone(), r.exit_code.unwrap_or(-1)), want, "{command}");
+    }
+    assert!(run(&b, "echo again", "d3", false).await.shell_restarted);
     // `bash -c CMD` execs a lone command, so nobody reports its signal death; a session shell
     // forks it and reports it, as any bash script does.
     let r = run(&b, "sh -c 'kill -KILL $$'", "d4", false).await;

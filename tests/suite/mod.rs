@@ -58,6 +58,7 @@ mod receipt;
 mod remote;
 mod rescue;
 mod rpc;
+mod script;
 mod security;
 mod sessions;
 mod shell;

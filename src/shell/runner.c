@@ -1,0 +1,426 @@
+/* The session runner, a bash loadable builtin: `__agent_bash_run STATUS_FIFO` never returns
+ * while the backend talks to it; it reads each call from the shell's stdin and runs it the way
+ * `bash -c` runs its string, so that the calls of a session are the successive lines of one
+ * script (contract §5).
+ *
+ * Why a builtin: anything written in bash to run a call (`eval`, `.`, a function) shows
+ * itself: an `eval:` in messages, a `source` frame for `caller`, BASH_SOURCE and RETURN traps,
+ * deeper xtrace (`++++`), ERR traps firing again for the wrapper, `$?`/`$_`/PIPESTATUS reset
+ * by the protocol's own commands, protocol variables in `compgen -v`, `s` in `$-`. Here the
+ * call's text goes to `parse_and_execute(text, "-c", …)`, exactly what bash's `-c` does
+ * (shell.c run_one_command), from a builtin that is itself the one command the shell's
+ * top level ever runs after start-up: no bash code of ours runs between two calls, so what
+ * a call leaves (`$?`, PIPESTATUS, `$_`, traps, LINENO's base) is what the next call starts
+ * with, and what the protocol needs (the status FIFO's path, the protocol and stdout pipes)
+ * lives in this file's C state, out of the shell's sight.
+ *
+ * A frame on stdin (the backend writes one only after the previous call's status):
+ * `<payload length>\n` then `token\0cwd\0output fifo\0flags\0text`. Flags: `s` the text may go
+ * to the spawn path (`agent_bash_try_spawn`, spawn.c). Per call: stdin /dev/null, stdout and
+ * stderr the output FIFO, `cd -- cwd` (OLDPWD kept as the previous PWD), the text, then
+ * descriptors 0-2 back to /dev/null and `token status` written to the status FIFO (opened by
+ * name after the call, as before). A call that ends the script (`exit`, `set -e`, `set -u`)
+ * ends the shell as `bash -c` would (its EXIT trap writing into the call's output), and the
+ * backend sees the shell's stdout close.
+ *
+ * Symbols come from the bash that loads us (it exports them for loadable builtins); the ones
+ * some versions lack are weak, and checked. Built with `-z now` (build.rs): a bash lacking a
+ * strong one refuses the `enable -f`, and the session falls back to the plain-bash driver. */
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct word_desc {
+  char *word;
+  int flags;
+} WORD_DESC;
+typedef struct word_list {
+  struct word_list *next;
+  WORD_DESC *word;
+} WORD_LIST;
+typedef int sh_builtin_func_t(WORD_LIST *);
+struct builtin {
+  char *name;
+  sh_builtin_func_t *function;
+  int flags;
+  char *const *long_doc;
+  const char *short_doc;
+  char *handle;
+};
+/* The head of bash's SHELL_VAR (variables.h, the same from 3.2 to 5.3). */
+typedef struct shell_var {
+  char *name;
+  char *value;
+  char *exportstr;
+  void *dynamic_value;
+  void *assign_func;
+  int attributes;
+  int context;
+} SHELL_VAR;
+#define ATT_EXPORTED 0x1
+
+extern int parse_and_execute(char *, const char *, int);
+extern void *xmalloc(size_t);
+extern void exit_shell(int) __attribute__((noreturn));
+extern int cd_builtin(WORD_LIST *);
+extern SHELL_VAR *bind_variable(const char *, char *, int);
+extern char *get_string_value(const char *);
+extern void set_pipestatus_from_exit(int);
+extern void unlink_fifo_list(void);
+extern sigjmp_buf top_level;
+extern int last_command_exit_value, line_number, read_from_stdin, want_pending_command,
+    indirection_level, read_but_dont_execute;
+extern char *this_command_name;
+extern sh_builtin_func_t *this_shell_builtin;
+/* Not in bash 3.2. */
+extern int executing_builtin __attribute__((weak));
+extern char *dollar_vars[];
+extern struct builtin *shell_builtins;
+extern int num_shell_builtins;
+extern char **shell_environment;
+extern const char *const dist_version;
+
+extern int agent_bash_try_spawn(char *text, int *status);
+
+/* bash's jump codes (bashjmp.h, 3.2 to 5.3) and parse_and_execute flags (builtins/common.h). */
+#define FORCE_EOF 1
+#define DISCARD 2
+#define EXITPROG 3
+#define ERREXIT 4
+#define EXITBLTIN 6
+#define SEVAL_NOHIST 0x004
+#define SEVAL_RESETLINE 0x010
+
+static int proto_fd = -1; /* the protocol's read end (was stdin) */
+static int out_fd = -1;   /* the shell's stdout: its end tells the backend the shell exited */
+static int null_fd = -1;  /* /dev/null, read-write */
+static char *status_path;
+static char *frame;
+static size_t frame_cap;
+
+/* A private copy of `fd` above the descriptors scripts use (bash's own start at 10, `exec
+ * {v}>` too), close-on-exec so no command inherits it. */
+static int hide_fd(int fd) {
+  struct rlimit rl;
+  int base = 1016;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 1024)
+    base = rl.rlim_cur > 32 ? (int)rl.rlim_cur - 8 : 10;
+  return fcntl(fd, F_DUPFD_CLOEXEC, base);
+}
+
+/* The next frame's payload into `frame` (its length in *len), or -1 at the protocol's end.
+ * Nothing follows a frame in the pipe until its status is written, so a read may take all
+ * there is: a frame usually comes in one read. */
+static int next_frame(size_t *len) {
+  size_t have = 0, need = 0, head = 0;
+  for (;;) {
+    if (frame_cap - have < 4096) {
+      size_t cap = frame_cap ? frame_cap * 2 : 65536;
+      char *bigger = realloc(frame, cap);
+      if (!bigger)
+        return -1;
+      frame = bigger;
+      frame_cap = cap;
+    }
+    ssize_t r = read(proto_fd, frame + have, frame_cap - have - 1);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    have += (size_t)r;
+    if (!head) {
+      char *nl = memchr(frame, '\n', have);
+      if (!nl)
+        continue;
+      head = (size_t)(nl - frame) + 1;
+      for (char *d = frame; d < nl; d++) {
+        if (*d < '0' || *d > '9' || d - frame > 9)
+          return -1;
+        need = need * 10 + (size_t)(*d - '0');
+      }
+    }
+    if (have >= head + need)
+      break;
+  }
+  if (have != head + need)
+    return -1;
+  memmove(frame, frame + head, need);
+  frame[need] = '\0';
+  *len = need;
+  return 0;
+}
+
+/* bash -c's flags for its string: 5.0 and later reset the line number; 3.2 and 4.x start
+ * from the current one, which is 0 in `bash -c` (so `echo $LINENO` prints 0 there). */
+static int c_flags(void) {
+  int major = dist_version ? atoi(dist_version) : 5;
+  return major >= 5 ? SEVAL_NOHIST | SEVAL_RESETLINE : SEVAL_NOHIST;
+}
+
+/* Enters `cwd` as `builtin cd -- cwd` does, keeping OLDPWD the previous PWD. 0 on success. */
+static int enter(char *cwd) {
+  char dashes[] = "--";
+  WORD_DESC w1 = {dashes, 0}, w2 = {cwd, 0};
+  WORD_LIST l2 = {NULL, &w2}, l1 = {&l2, &w1};
+  char *pwd = get_string_value("PWD");
+  char *old = pwd ? strdup(pwd) : NULL;
+  char *saved_name = this_command_name;
+  int st;
+  if (old && strcmp(old, cwd) == 0) {
+    /* Already there: bash's `cd` would only set OLDPWD to PWD; checking the directory still
+     * exists is all that matters. */
+    if (access(".", X_OK) == 0) {
+      free(old);
+      return 0;
+    }
+  }
+  this_command_name = "cd";
+  line_number = 1;
+  st = cd_builtin(&l1);
+  this_command_name = saved_name;
+  if (st == 0 && old)
+    bind_variable("OLDPWD", old, 0);
+  free(old);
+  return st;
+}
+
+static void report(const char *token, int status) {
+  char line[128];
+  int fd, n;
+  while ((fd = open(status_path, O_WRONLY | O_CLOEXEC)) < 0 && errno == EINTR)
+    ;
+  if (fd < 0)
+    _exit(99);
+  n = snprintf(line, sizeof line, "%s %d\n", token, status);
+  if (write(fd, line, (size_t)n) != n)
+    _exit(99);
+  close(fd);
+}
+
+/* The output FIFO on 1 and 2, /dev/null on 0. */
+static int redirect(const char *fifo) {
+  int fd;
+  while ((fd = open(fifo, O_WRONLY | O_CLOEXEC)) < 0 && errno == EINTR)
+    ;
+  if (fd < 0)
+    return -1;
+  dup2(null_fd, 0);
+  dup2(fd, 1);
+  dup2(fd, 2);
+  close(fd);
+  return 0;
+}
+
+static void unredirect(void) {
+  fflush(stdout);
+  fflush(stderr);
+  dup2(null_fd, 0);
+  dup2(null_fd, 1);
+  dup2(null_fd, 2);
+}
+
+/* Runs `text` as `bash -c` does; a call that ends the script ends the shell here (in a child
+ * made by run_forked: the child, with that status and without the EXIT trap, as a subshell). What bash
+ * -c has when it starts its string: the reader loop's level of xtrace indirection not entered
+ * (PS4 is shown once, not twice), no builtin running (a syntax error's status is then 2, as
+ * parse.y gives it outside a builtin), line 0. */
+static int run_text(char *text, int child) {
+  sigjmp_buf saved;
+  volatile int code;
+  int level = indirection_level;
+  size_t n = strlen(text);
+  char *copy = xmalloc(n + 1);
+  memcpy(copy, text, n + 1);
+  memcpy(saved, top_level, sizeof saved);
+  line_number = 0;
+  indirection_level = 0;
+  this_shell_builtin = NULL;
+  if (&executing_builtin)
+    executing_builtin = 0;
+  code = sigsetjmp(top_level, 0);
+  if (code == 0) {
+    parse_and_execute(copy, "-c", c_flags());
+    memcpy(top_level, saved, sizeof saved);
+    indirection_level = level;
+    /* An exit status, as the script's end would take it (4.4 leaves a syntax error's 257). */
+    last_command_exit_value &= 0xff;
+    return last_command_exit_value;
+  }
+  memcpy(top_level, saved, sizeof saved);
+  unlink_fifo_list();
+  switch (code) {
+  case FORCE_EOF:
+    last_command_exit_value = 127;
+    break;
+  case DISCARD:
+    last_command_exit_value = 1;
+    break;
+  default: /* ERREXIT, EXITPROG, EXITBLTIN */
+    break;
+  }
+  if (child) {
+    fflush(stdout);
+    fflush(stderr);
+    _exit(last_command_exit_value & 0xff);
+  }
+  exit_shell(last_command_exit_value);
+}
+
+/* Runs `text` in a forked copy of the shell, as `( … )` would: for a text that ends inside
+ * `$(`, whose failed parse leaves bash 5.2's parser reading outside its buffers later (the
+ * copy's parser is thrown away). What its lines change is lost with the copy; the output and
+ * the status are the same, as the text ends in a syntax error anyway. */
+static int run_forked(char *text) {
+  sigset_t chld, old;
+  int st = 0;
+  pid_t pid;
+  fflush(stdout);
+  fflush(stderr);
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, &old);
+  pid = fork();
+  if (pid == 0) {
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    st = run_text(text, 1);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(st & 0xff);
+  }
+  if (pid > 0) {
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+      ;
+  }
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  if (pid < 0)
+    st = 1;
+  else
+    st = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  last_command_exit_value = st;
+  set_pipestatus_from_exit(st);
+  return st;
+}
+
+static void run_call(char *payload, size_t len) {
+  char *field[5];
+  char *p = payload, *end = payload + len;
+  int status;
+  for (int i = 0; i < 4; i++) {
+    char *z = memchr(p, '\0', (size_t)(end - p));
+    if (!z)
+      _exit(98);
+    field[i] = p;
+    p = z + 1;
+  }
+  field[4] = p;
+  if (redirect(field[2]) < 0) {
+    last_command_exit_value = 1;
+    set_pipestatus_from_exit(1);
+    report(field[0], 1);
+    return;
+  }
+  /* What `bash -c` holds: the string it runs. */
+  bind_variable("BASH_EXECUTION_STRING", field[4], 0);
+  if (enter(field[1]) != 0) {
+    status = 1;
+    last_command_exit_value = status;
+    set_pipestatus_from_exit(status);
+  } else if (strchr(field[3], 's') && agent_bash_try_spawn(field[4], &status)) {
+    ;
+  } else if (strchr(field[3], 'p')) {
+    status = run_forked(field[4]);
+  } else {
+    status = run_text(field[4], 0);
+    /* `set -n`: the script runs nothing more, as `bash -c` ends there; a session that can
+     * run nothing more ends too (the next call gets a fresh shell). */
+    if (read_but_dont_execute)
+      exit_shell(last_command_exit_value);
+  }
+  unlink_fifo_list();
+  unredirect();
+  report(field[0], status);
+}
+
+/* Every copy of the shell bash forks (a subshell, a pipeline stage, a background job, before an
+ * exec) closes the protocol's descriptors: no command, builtin or not, can read the next
+ * call's frame or hold the shell's stdout open (contract §5: the command cannot reach the
+ * protocol). posix_spawn runs no fork handlers; its child execs, and they are close-on-exec. */
+static void close_in_child(void) {
+  if (proto_fd >= 0)
+    close(proto_fd);
+  if (out_fd >= 0)
+    close(out_fd);
+  if (null_fd >= 0)
+    close(null_fd);
+  proto_fd = out_fd = null_fd = -1;
+}
+
+static int run_builtin(WORD_LIST *);
+
+/* Takes this builtin out of bash's table once it runs (the table stays sorted; the function
+ * and its library stay, running): `type`, `enable -a` and `compgen -b` show nothing of ours. */
+static void hide_self(void) {
+  for (int i = 0; i < num_shell_builtins; i++) {
+    if (shell_builtins[i].function == run_builtin) {
+      memmove(&shell_builtins[i], &shell_builtins[i + 1],
+              (size_t)(num_shell_builtins - i) * sizeof *shell_builtins);
+      num_shell_builtins--;
+      return;
+    }
+  }
+}
+
+static int run_builtin(WORD_LIST *list) {
+  size_t len;
+  char *under;
+  SHELL_VAR *v;
+  if (proto_fd >= 0 || !list || !list->word || list->next)
+    return 2;
+  status_path = strdup(list->word->word);
+  null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (!status_path || null_fd < 0)
+    return 1;
+  proto_fd = hide_fd(0);
+  out_fd = hide_fd(1);
+  {
+    int high = hide_fd(null_fd);
+    close(null_fd);
+    null_fd = high;
+  }
+  if (proto_fd < 0 || out_fd < 0 || null_fd < 0 || pthread_atfork(NULL, NULL, close_in_child))
+    return 1;
+  unredirect();
+  hide_self();
+  /* `$-` as in `bash -c`: `c`, not `s` (which_set_flags). */
+  read_from_stdin = 0;
+  want_pending_command = 1;
+  /* What `bash -c` starts with: `$?` 0, and `$_` from the environment bash started with
+   * (bash's own getenv would give the shell variable), else `$0`. */
+  under = dollar_vars[0] ? dollar_vars[0] : "";
+  for (char **e = shell_environment; e && *e; e++)
+    if (strncmp(*e, "_=", 2) == 0)
+      under = *e + 2;
+  v = bind_variable("_", under, 0);
+  if (v)
+    v->attributes &= ~ATT_EXPORTED;
+  last_command_exit_value = 0;
+  set_pipestatus_from_exit(0);
+  while (next_frame(&len) == 0)
+    run_call(frame, len);
+  exit_shell(last_command_exit_value);
+}
+
+static char *const run_doc[] = {"Runs the session's calls (agent-bash).", NULL};
+
+struct builtin __agent_bash_run_struct = {"__agent_bash_run", run_builtin, 1 /* BUILTIN_ENABLED */,
+                                          run_doc, "__agent_bash_run status-fifo", NULL};
