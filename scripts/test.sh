@@ -43,11 +43,18 @@ if [ -z "$bash_builds" ]; then
   exit 1
 fi
 echo "== bash matrix: $(for v in 3.2 4.4 5.3; do "$bash_builds/bash-$v" -c 'printf "%s, " "$BASH_VERSION"'; done)/bin/bash $(/bin/bash -c 'echo "$BASH_VERSION"')"
+# The portable process walk (what macOS runs; AGENT_BASH_PORTABLE=1) reads `ps` (Debian's procps).
+echo "== ps: $(scripts/debian-tool.sh /usr/bin/ps procps)"
 echo "== import cycles"
 scripts/check-cycles.py
 echo "== format and lints"
 cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
+# macOS: the crate must build there (README, "Platforms"); check and clippy need no linker.
+echo "== macOS (aarch64-apple-darwin): check and lints"
+rustup target add aarch64-apple-darwin >/dev/null
+cargo check --target aarch64-apple-darwin --all-targets --quiet
+cargo clippy --target aarch64-apple-darwin --all-targets --quiet -- -D warnings
 echo "== build"
 cargo build --release --quiet
 echo "== rust tests"
@@ -59,6 +66,13 @@ test_home=$(mktemp -d)
 trap 'rm -rf "$test_home"' EXIT
 export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
 HOME="$test_home" cargo test --release --quiet
+# The suites that must hold on every platform, again through the portable paths macOS runs
+# (process groups and a ps walk, no cgroup or subreaper, full snapshots, no spawn builtin, no
+# fence): README, "Platforms", says what this run adds.
+echo "== rust tests, portable paths (AGENT_BASH_PORTABLE=1)"
+HOME="$test_home" AGENT_BASH_PORTABLE=1 cargo test --release --quiet --test all -- \
+  suite::shell suite::exec suite::pty suite::rpc suite::pipeline suite::changes suite::mcp suite::nvim \
+  suite::editor
 if [ -d tests/lua ] && ls tests/lua/*_spec.lua >/dev/null 2>&1; then
   echo "== lua specs"
   for spec in tests/lua/*_spec.lua; do

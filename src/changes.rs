@@ -429,9 +429,10 @@ impl Receipts {
         self.settings.enabled
     }
 
-    /// Receipts are on and watch the projects' folders (`[changes] watch`).
+    /// Receipts are on and watch the projects' folders (`[changes] watch`; Linux's inotify, so
+    /// never on the portable paths, where every snapshot is full).
     pub fn watching(&self) -> bool {
-        self.settings.enabled && self.settings.watch
+        self.settings.enabled && self.settings.watch && !crate::platform::portable()
     }
 
     fn bin(&self) -> PathBuf {

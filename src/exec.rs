@@ -451,6 +451,9 @@ impl Runtime {
         let cfg = &self.shell_cfg;
         if !cfg.spawn {
             "off (spawn = false in the settings file): bash forks for every command".into()
+        } else if crate::platform::portable() {
+            let on = crate::platform::describe();
+            format!("off on {on}: the spawn builtin is Linux only, bash forks for every command")
         } else if !shell::spawn_built() {
             "off: this build had no C compiler for the builtin, bash forks for every command".into()
         } else if shell::ShellKind::of(&cfg.shell) != shell::ShellKind::Bash {

@@ -24,10 +24,15 @@
 //! inherited pipes and terminal), most ioctls on already-open files, rights the running kernel's
 //! ABI lacks (e.g. truncate before ABI 3, device ioctls before 5, network before 4), UDP and
 //! Unix sockets, and other users' processes (signals are not scoped).
+//!
+//! Off Linux (macOS), and on the portable paths (`AGENT_BASH_PORTABLE=1`), there is no fence:
+//! [`kernel_abi`] says why, and every fenced call is refused with [`UNSUPPORTED`] and the
+//! platform's name (never run unfenced).
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+#[cfg(target_os = "linux")]
 use landlock::{
     path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, ABI,
@@ -80,6 +85,7 @@ pub const DEVICES: &[&str] = &[
 ];
 
 /// The newest ABI this build knows; older kernels get the subset they have.
+#[cfg(target_os = "linux")]
 const LATEST: ABI = ABI::V6;
 
 /// What one fenced shell may write.
@@ -145,9 +151,10 @@ impl Fence {
 
     /// Fences the calling thread (and what it forks from now on). Irreversible: call it only on
     /// a thread that exits afterwards.
+    #[cfg(target_os = "linux")]
     fn restrict_this_thread(&self) -> io::Result<()> {
-        if std::env::var_os(NO_LANDLOCK_VAR).is_some_and(|v| v == "1") {
-            return Err(io::Error::other(UNSUPPORTED));
+        if let Err(why) = kernel_abi() {
+            return Err(io::Error::other(format!("{UNSUPPORTED} ({why})")));
         }
         let err = |e: landlock::RulesetError| {
             tracing::warn!("landlock: {e}");
@@ -186,6 +193,13 @@ impl Fence {
             return Err(io::Error::other(UNSUPPORTED));
         }
         Ok(())
+    }
+
+    /// Off Linux there is nothing to fence with: the spawn fails (the call was refused before).
+    #[cfg(not(target_os = "linux"))]
+    fn restrict_this_thread(&self) -> io::Result<()> {
+        let why = kernel_abi().err().map(|e| e.to_string()).unwrap_or_default();
+        Err(io::Error::other(format!("{UNSUPPORTED} ({why})")))
     }
 }
 
@@ -227,10 +241,17 @@ pub enum NoLandlock {
     /// The kernel refused the ABI query (no Landlock, or not enabled at boot).
     #[error(transparent)]
     Kernel(io::Error),
+    /// Not Linux, or the portable paths forced (`AGENT_BASH_PORTABLE=1`): no fence here.
+    #[error("{0}: agent-bash fences only on Linux")]
+    Platform(String),
 }
 
 /// The kernel's Landlock ABI version, or why there is none.
+#[cfg(target_os = "linux")]
 pub fn kernel_abi() -> Result<i64, NoLandlock> {
+    if crate::platform::portable() {
+        return Err(NoLandlock::Platform(crate::platform::describe()));
+    }
     if std::env::var_os(NO_LANDLOCK_VAR).is_some_and(|v| v == "1") {
         return Err(NoLandlock::Disabled);
     }
@@ -248,6 +269,12 @@ pub fn kernel_abi() -> Result<i64, NoLandlock> {
     } else {
         Err(NoLandlock::Kernel(io::Error::last_os_error()))
     }
+}
+
+/// Off Linux: no Landlock, whatever the kernel.
+#[cfg(not(target_os = "linux"))]
+pub fn kernel_abi() -> Result<i64, NoLandlock> {
+    Err(NoLandlock::Platform(crate::platform::describe()))
 }
 
 /// What `:checkhealth` says about the kernel's Landlock.

@@ -33,6 +33,8 @@ pub mod intercept;
 pub mod logfile;
 pub mod mode;
 pub mod normalize;
+// Which platform paths run: Linux's own or the portable twins (a leaf).
+pub mod platform;
 pub mod prepare;
 pub mod project;
 pub mod pty;

@@ -28,6 +28,10 @@
 //!
 //! Fields the OS could not tell (the shell was killed on timeout, no process was sampled) are
 //! absent.
+//!
+//! Off Linux (and with `AGENT_BASH_PORTABLE=1`) there is neither `/proc` nor a cgroup: a pipe
+//! run's receipt has its wall time only, a PTY run's the `wait4` rusage as above (macOS gives
+//! `ru_maxrss` in bytes, Linux in KiB).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,9 +100,17 @@ struct Cpu {
     sys: u64,
 }
 
+/// Whether `/proc` figures are read (Linux, not the portable paths).
+fn proc_figures() -> bool {
+    cfg!(target_os = "linux") && !crate::platform::portable()
+}
+
 // /proc reads of the command's processes: kernel tables, not disk.
 #[allow(clippy::disallowed_methods)]
 fn cpu_of(pid: i32) -> Option<Cpu> {
+    if !proc_figures() {
+        return None;
+    }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name: state is field 3; utime, stime, cutime, cstime are 14–17.
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -125,6 +137,12 @@ fn ticks_per_second() -> u64 {
     }
 }
 
+/// `ru_maxrss` units per KiB: Linux reports kilobytes, macOS bytes.
+#[cfg(target_os = "macos")]
+const MAXRSS_PER_KIB: u64 = 1024;
+#[cfg(not(target_os = "macos"))]
+const MAXRSS_PER_KIB: u64 = 1;
+
 /// The receipt of a process the backend reaped itself with `wait4` (a PTY run's shell), which
 /// ran for `wall`.
 pub fn from_rusage(wall: Duration, ru: &libc::rusage) -> Resources {
@@ -133,8 +151,8 @@ pub fn from_rusage(wall: Duration, ru: &libc::rusage) -> Resources {
         wall_ms: u64::try_from(wall.as_millis()).unwrap_or(u64::MAX),
         cpu_user_ms: Some(ms(ru.ru_utime)),
         cpu_sys_ms: Some(ms(ru.ru_stime)),
-        // Linux reports kilobytes; 0 means the process never ran long enough to have a page.
-        max_rss_kib: (ru.ru_maxrss > 0).then_some(ru.ru_maxrss as u64),
+        // 0 means the process never ran long enough to have a page.
+        max_rss_kib: (ru.ru_maxrss > 0).then_some(ru.ru_maxrss as u64 / MAXRSS_PER_KIB),
     }
 }
 
@@ -236,6 +254,11 @@ impl Meter {
             return;
         }
         self.next_sample = now + SAMPLE_EVERY;
+        if !proc_figures() {
+            // No per-process peak without /proc (a `ps` run per sample would cost more than
+            // the figure is worth).
+            return;
+        }
         // With a cgroup of its own, the session's members are listed there.
         let pids = match &self.members {
             Some(dir) => {

@@ -21,6 +21,9 @@ local log = require('agent_bash.log')
 ---@field fence? string the sandbox of tool calls and the kernel's Landlock support
 ---@field fence_ok? boolean false when tool calls are to be fenced but the kernel cannot
 ---@field spawn? string whether plain commands start without bash's fork (the spawn builtin)
+---@field platform? string the system and which of its paths run (`Linux`, `macOS (portable paths)`)
+---@field portable? boolean the portable paths run (not Linux, or AGENT_BASH_PORTABLE=1)
+---@field tracking? string how a command's processes are tracked and killed (cgroup v2, subreapers, process groups)
 
 --- Starts the backend unless it runs. Returns the channel, or nil and an error message.
 ---@return integer? chan
@@ -424,6 +427,9 @@ function H.start()
     changes_watch = hello.changes_watch,
     git = hello.git,
     spawn = hello.spawn,
+    platform = hello.platform,
+    portable = hello.portable,
+    tracking = hello.tracking,
   }
   log.info('backend %s (pid %s) on channel %d, artifacts in %s', tostring(hello.version), tostring(hello.pid), chan, tostring(hello.session_dir))
   if hello.version ~= version and not H.warned_version then

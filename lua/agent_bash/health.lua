@@ -90,6 +90,8 @@ function H.changes(health, backend)
       and vim.trim(vim.fn.readfile('/proc/sys/fs/inotify/max_user_watches')[1] or '')
     if info.changes_watch then
       health.ok(('only changed folders are re-read: inotify watches the project folders (limit: fs.inotify.max_user_watches = %s)'):format(limit or '?'))
+    elseif info.portable then
+      health.info(('every snapshot reads the whole project: no folder watcher on %s'):format(tostring(info.platform)))
     else
       health.info('every snapshot reads the whole project ([changes] watch = false)')
     end
@@ -194,10 +196,17 @@ function H.ping(health, backend)
       )
     end
     health.info('artifacts: ' .. tostring(info.session_dir))
+    if info.platform then
+      health.info('platform: ' .. info.platform)
+    end
+    if info.tracking then
+      health.info('process tracking: ' .. info.tracking)
+    end
     if info.fence_ok == false then
-      health.error('sandbox: ' .. tostring(info.fence), {
-        'fenced tool calls are refused: use a kernel with Landlock (5.13+, `lsm=` including landlock) or set sandbox = "off"',
-      })
+      local advice = info.portable
+          and 'fenced tool calls are refused: the fence is Linux Landlock, so set sandbox = "off" here'
+        or 'fenced tool calls are refused: use a kernel with Landlock (5.13+, `lsm=` including landlock) or set sandbox = "off"'
+      health.error('sandbox: ' .. tostring(info.fence), { advice })
     elseif info.fence then
       health.info('sandbox: ' .. info.fence .. ' (bang commands are never fenced)')
     end

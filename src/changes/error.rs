@@ -79,6 +79,9 @@ pub enum ChangesError {
     WatchesTaken,
     #[error("inotify is unavailable: {0}")]
     NoInotify(io::Error),
+    /// Off Linux, or the portable paths forced: receipts take full snapshots.
+    #[error("no folder watcher on {0}: full snapshots")]
+    NoWatcher(String),
     #[error(
         "watching its folders would take over a quarter of the system's inotify watches (fs.inotify.max_user_watches = {0})"
     )]

@@ -506,22 +506,26 @@ impl Parents {
     }
 }
 
+/// How a folder is opened to reach what lies in it: Linux's `O_PATH` (no read permission
+/// needed, nothing read); other systems, which lack it, open it for reading.
+#[cfg(target_os = "linux")]
+const DIR_OPEN: OFlags = OFlags::PATH;
+#[cfg(not(target_os = "linux"))]
+const DIR_OPEN: OFlags = OFlags::RDONLY;
+
 const DIR_FLAGS: OFlags =
-    OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
+    DIR_OPEN.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
 
 impl Beneath {
     pub fn open(root: &Path) -> Result<Beneath, ChangesError> {
         // The root itself is the user's choice (it may be reached through a link).
-        let root = rustix::fs::open(
-            root,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|errno| ChangesError::Beneath {
-            what: "cannot open",
-            path: root.into(),
-            errno,
-        })?;
+        let root =
+            rustix::fs::open(root, DIR_OPEN | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|errno| ChangesError::Beneath {
+                what: "cannot open",
+                path: root.into(),
+                errno,
+            })?;
         Ok(Beneath { root })
     }
 

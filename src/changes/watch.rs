@@ -18,14 +18,19 @@
 //!
 //! Everything here blocks: it runs under `spawn_blocking`.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+#[cfg(target_os = "linux")]
+use std::collections::HashMap;
+use std::collections::{BTreeSet, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(target_os = "linux")]
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+#[cfg(target_os = "linux")]
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
 use super::store::{Git, Tree};
@@ -55,6 +60,7 @@ pub enum Seen {
 /// program of the user (editors' file watchers among them), so a quarter of the watches
 /// (`fs.inotify.max_user_watches`) and an eighth of the instances (`max_user_instances`).
 #[derive(Debug)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // no watches to count there
 pub struct Budget {
     dirs: AtomicUsize,
     watches: AtomicUsize,
@@ -78,12 +84,14 @@ impl Budget {
         Arc::new(Budget { dirs: AtomicUsize::new(dirs), watches: AtomicUsize::new(watches), limit })
     }
 
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     fn take(n: &AtomicUsize) -> bool {
         n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1)).is_ok()
     }
 }
 
 /// The inotify watches of one project.
+#[cfg(target_os = "linux")]
 pub struct Watch {
     ino: Inotify,
     root: PathBuf,
@@ -92,6 +100,7 @@ pub struct Watch {
     budget: Arc<Budget>,
 }
 
+#[cfg(target_os = "linux")]
 impl Drop for Watch {
     fn drop(&mut self) {
         self.budget.dirs.fetch_add(self.dirs.len(), Ordering::AcqRel);
@@ -99,12 +108,14 @@ impl Drop for Watch {
     }
 }
 
+#[cfg(target_os = "linux")]
 impl std::fmt::Debug for Watch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Watch({}, {} directories)", self.root.display(), self.dirs.len())
     }
 }
 
+#[cfg(target_os = "linux")]
 fn mask() -> WatchMask {
     WatchMask::CREATE
         | WatchMask::DELETE
@@ -137,9 +148,13 @@ fn within(path: &[u8], dir: &[u8]) -> bool {
         || (path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/')
 }
 
+#[cfg(target_os = "linux")]
 impl Watch {
     /// Watches every directory of the project that git does not ignore.
     pub fn start(git: &Git, budget: &Arc<Budget>) -> Result<Watch, ChangesError> {
+        if crate::platform::portable() {
+            return Err(ChangesError::NoWatcher(crate::platform::describe()));
+        }
         if !Budget::take(&budget.watches) {
             return Err(ChangesError::WatchesTaken);
         }
@@ -305,6 +320,35 @@ impl Watch {
     }
 }
 
+/// The portable twin: no watcher (a project gets full snapshots, README "Platforms"). macOS's
+/// FSEvents reports changes late and coalesced, which would make a receipt miss a write the
+/// command made just before it ended; a full snapshot never does.
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug)]
+pub struct Watch {
+    never: std::convert::Infallible,
+}
+
+#[cfg(not(target_os = "linux"))]
+impl Watch {
+    /// Always refuses: there is no watcher here.
+    pub fn start(_git: &Git, _budget: &Arc<Budget>) -> Result<Watch, ChangesError> {
+        Err(ChangesError::NoWatcher(crate::platform::describe()))
+    }
+
+    pub fn drain(&mut self) -> Seen {
+        match self.never {}
+    }
+
+    pub fn absorb(
+        &mut self,
+        _git: &Git,
+        _new: &BTreeSet<Vec<u8>>,
+    ) -> Result<HashSet<Vec<u8>>, ChangesError> {
+        match self.never {}
+    }
+}
+
 /// The `git add` path specs that re-read what `seen` names: `:(glob)dir/*` for a directory's
 /// own entries, `:(glob)dir/**` for a subtree. A directory that neither exists nor held files
 /// in `last` is left out (git refuses a spec that matches nothing), and so are ignored ones.
@@ -435,6 +479,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[cfg(target_os = "linux")]
 mod budget_tests {
     use super::*;
 

@@ -1,6 +1,7 @@
 //! Settings (`--config FILE`, TOML): every key, its default and why.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -216,24 +217,10 @@ impl Settings {
 
     /// The shell to run (contract §5).
     pub fn resolve_shell(&self) -> PathBuf {
-        if let Some(s) = &self.shell {
-            return s.clone();
+        match &self.shell {
+            Some(s) => s.clone(),
+            None => default_shell(std::env::var_os("SHELL"), std::env::var_os("PATH")),
         }
-        if let Some(s) = std::env::var_os("SHELL").map(PathBuf::from) {
-            let name = s.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if (name == "bash" || name == "zsh") && s.is_absolute() && s.exists() {
-                return s;
-            }
-        }
-        if let Some(path) = std::env::var_os("PATH") {
-            for dir in std::env::split_paths(&path) {
-                let cand = dir.join("bash");
-                if cand.is_file() {
-                    return cand;
-                }
-            }
-        }
-        PathBuf::from("/bin/sh")
     }
 
     /// The prefix words (setting, else `AGENT_BASH_SHELL_PREFIX`).
@@ -244,6 +231,57 @@ impl Settings {
         };
         split_words(&raw)
     }
+}
+
+/// Where bash is looked for after `PATH` (contract §5): Homebrew's on Apple silicon and on
+/// Intel Macs, then the system's (3.2 on macOS).
+const BASH_AFTER_PATH: [&str; 3] = ["/opt/homebrew/bin/bash", "/usr/local/bin/bash", "/bin/bash"];
+
+/// The shell when the `shell` setting names none (contract §5), from the values of `SHELL` and
+/// `PATH`: `$SHELL` when it is an existing bash or zsh; else the newest bash found in `PATH`,
+/// then [`BASH_AFTER_PATH`] (the first of equal versions); else `/bin/sh`.
+pub fn default_shell(shell: Option<OsString>, path: Option<OsString>) -> PathBuf {
+    if let Some(s) = shell.map(PathBuf::from) {
+        let name = s.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if (name == "bash" || name == "zsh") && s.is_absolute() && s.exists() {
+            return s;
+        }
+    }
+    let mut found: Vec<PathBuf> = Vec::new();
+    let in_path = path.iter().flat_map(std::env::split_paths).map(|d| d.join("bash"));
+    for cand in in_path.chain(BASH_AFTER_PATH.iter().map(PathBuf::from)) {
+        if cand.is_file() && !found.contains(&cand) {
+            found.push(cand);
+        }
+    }
+    let mut best: Option<(Vec<u32>, &PathBuf)> = None;
+    for cand in &found {
+        let Some(v) = bash_version(cand) else { continue };
+        if best.as_ref().is_none_or(|(b, _)| v > *b) {
+            best = Some((v, cand));
+        }
+    }
+    match best {
+        Some((_, p)) => p.clone(),
+        None => found.into_iter().next().unwrap_or_else(|| PathBuf::from("/bin/sh")),
+    }
+}
+
+/// `[major, minor, patch]` from `bash --version` (`GNU bash, version 5.2.15(1)-release …`).
+// Once per runtime, and only when `$SHELL` is neither bash nor zsh: a few milliseconds each.
+#[allow(clippy::disallowed_methods)]
+fn bash_version(bash: &Path) -> Option<Vec<u32>> {
+    let out = std::process::Command::new(bash)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rest = text.lines().next()?.split("version ").nth(1)?;
+    let digits = rest.split(|c: char| !c.is_ascii_digit() && c != '.').next()?;
+    let v: Vec<u32> = digits.split('.').filter_map(|n| n.parse().ok()).collect();
+    (!v.is_empty()).then_some(v)
 }
 
 /// `p` with a leading `~/` replaced by the home directory.
@@ -304,6 +342,35 @@ pub const HARDENING: &[(&str, &str)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With `$SHELL` unset or neither bash nor zsh, the newest bash found is the shell, not the
+    /// first in `PATH` (macOS: an old bash early in `PATH`, Homebrew's later). Real builds of
+    /// bash 3.2 and 5.3 (`../shared/bash/`, beside the clone) and the machine's own.
+    #[test]
+    fn default_shell_is_the_newest_bash_found() {
+        let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/bash");
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = (dir.path().join("old"), dir.path().join("new"));
+        for (d, build) in [(&old, "bash-3.2"), (&new, "bash-5.3")] {
+            std::fs::create_dir(d).unwrap();
+            let target = shared.join(build);
+            assert!(target.is_file(), "{} is missing", target.display());
+            std::os::unix::fs::symlink(target, d.join("bash")).unwrap();
+        }
+        let path = |dirs: &[&Path]| Some(std::env::join_paths(dirs).unwrap());
+        let both = path(&[&old, &new]);
+        for shell in [None, Some("/usr/bin/fish".into()), Some("/bin/sh".into())] {
+            assert_eq!(default_shell(shell, both.clone()), new.join("bash"));
+        }
+        // 3.2 first in PATH, the machine's /bin/bash (5.x) after it: the newer one.
+        let system = bash_version(Path::new("/bin/bash")).unwrap();
+        assert!(system > vec![3, 2], "{system:?}");
+        assert_eq!(bash_version(&old.join("bash")).unwrap()[..2], [3, 2]);
+        assert_ne!(default_shell(None, path(&[&old])), old.join("bash"));
+        // `$SHELL` wins when it is bash or zsh.
+        let old_bash = old.join("bash").into_os_string();
+        assert_eq!(default_shell(Some(old_bash), both), old.join("bash"));
+    }
 
     #[test]
     fn settings_parse_and_reject() {

@@ -527,6 +527,9 @@ fn hello(rt: &Runtime, params: &serde_json::Map<String, serde_json::Value>) -> V
         ("fence", Value::from(rt.fence_report().as_str())),
         ("fence_ok", Value::from(rt.fence_usable())),
         ("spawn", Value::from(rt.spawn_report().as_str())),
+        ("platform", Value::from(crate::platform::describe().as_str())),
+        ("portable", Value::from(crate::platform::portable())),
+        ("tracking", Value::from(crate::shell::procs::tracking_mode())),
     ])
 }
 

@@ -96,6 +96,7 @@ const DRAIN_AFTER_KILL: Duration = Duration::from_millis(200);
 const READ_CHUNK: usize = 256 * 1024;
 /// Capacity asked for the output FIFO (the default is 64 KiB): a fast producer then blocks, and
 /// we wake up, four times less often. The kernel may grant less (`pipe-max-size`).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const PIPE_SIZE: libc::c_int = 1 << 20;
 /// A shell that does not say it is ready within this time is considered broken.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -291,9 +292,10 @@ const VAR_DOT: &str = "__agent_bash_dot";
 /// runs its string, and a plain external command with `posix_spawn` from inside the session's
 /// bash instead of bash's fork, which costs more than the rest of a round trip.
 const SPAWN_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/spawn.so"));
-/// Whether this build has the spawn builtin ([`SPAWN_SO`]).
+/// Whether this build has the spawn builtin ([`SPAWN_SO`]) and uses it: Linux only, so never
+/// on the portable paths (`AGENT_BASH_PORTABLE=1` runs what macOS runs).
 pub fn spawn_built() -> bool {
-    !SPAWN_SO.is_empty()
+    !SPAWN_SO.is_empty() && !crate::platform::portable()
 }
 
 /// The subshell driver's subdirectory of the driver directory.
@@ -330,14 +332,29 @@ pub fn nonce() -> String {
 struct StatusFifo {
     rx: tokio::net::unix::pipe::Receiver,
     pending: Vec<u8>,
+    /// The portable paths' own write end, held so that no end of file ever comes.
+    _writer: Option<std::fs::File>,
 }
 
 impl StatusFifo {
-    /// Makes the FIFO `path` (0600) and opens it read-write, so that no end of file ever comes.
+    /// Makes the FIFO `path` (0600) and opens it read-write (Linux), so that no end of file
+    /// ever comes. POSIX leaves a read-write FIFO undefined: the portable twin opens the read
+    /// end, then a write end of its own that it holds.
     fn open(path: &Path) -> io::Result<StatusFifo> {
         make_fifo(path)?;
-        let rx = tokio::net::unix::pipe::OpenOptions::new().read_write(true).open_receiver(path)?;
-        Ok(StatusFifo { rx, pending: Vec::new() })
+        let options = tokio::net::unix::pipe::OpenOptions::new();
+        #[cfg(target_os = "linux")]
+        if !crate::platform::portable() {
+            let rx = options.clone().read_write(true).open_receiver(path)?;
+            return Ok(StatusFifo { rx, pending: Vec::new(), _writer: None });
+        }
+        let rx = options.open_receiver(path)?;
+        #[allow(clippy::disallowed_methods)] // a FIFO on the runtime directory, as `open_fifo`
+        let writer = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path)?
+        };
+        Ok(StatusFifo { rx, pending: Vec::new(), _writer: Some(writer) })
     }
 
     /// Takes what was read (`bytes`) and returns the status of the line that carries `token`
@@ -363,15 +380,26 @@ impl StatusFifo {
     }
 }
 
-/// Whether `pid` is blocked reading its standard input (`/proc/<pid>/syscall`: `read` on fd 0).
+/// Whether `pid` is blocked reading its standard input: `/proc/<pid>/syscall` says `read` on
+/// fd 0 (Linux); on the portable paths, `ps` shows it asleep in a pipe read (its stdin is our
+/// pipe).
 fn waits_on_stdin(pid: i32) -> bool {
-    #[allow(clippy::disallowed_methods)] // a small /proc file, read on an idle tick
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
-        return false;
-    };
-    let mut fields = text.split_whitespace();
-    let nr = fields.next().and_then(|f| f.parse::<i64>().ok());
-    nr == Some(libc::SYS_read) && fields.next() == Some("0x0")
+    #[cfg(target_os = "linux")]
+    if !crate::platform::portable() {
+        #[allow(clippy::disallowed_methods)] // a small /proc file, read on an idle tick
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+            return false;
+        };
+        let mut fields = text.split_whitespace();
+        let nr = fields.next().and_then(|f| f.parse::<i64>().ok());
+        return nr == Some(libc::SYS_read) && fields.next() == Some("0x0");
+    }
+    // Linux names the wait `pipe_read` (`anon_pipe_read` from 6.16, `pipe_wait` before 5.6),
+    // macOS `piperd`.
+    procs::wait_channel(pid).is_some_and(|(state, chan)| {
+        let pipe = ["pipe_read", "anon_pipe_read", "pipe_wait", "piperd"];
+        state.starts_with(['S', 'I']) && pipe.contains(&chan.as_str())
+    })
 }
 
 impl Shell {
@@ -1178,7 +1206,7 @@ fn fast_words(command: &str) -> bool {
 #[allow(clippy::disallowed_methods)] // once per backend, a small file on the runtime directory's memory file system
 fn spawn_library(runtime_dir: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::OpenOptionsExt;
-    if SPAWN_SO.is_empty() {
+    if !spawn_built() {
         return None;
     }
     let path = runtime_dir.join(SPAWN_FILE);
@@ -1231,10 +1259,20 @@ fn open_fifo(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
         .inspect_err(|_| {
             let _ = std::fs::remove_file(path);
         })?;
-    // SAFETY: fcntl on a FIFO we own; failure only leaves the default size.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    grow_pipe(fd.as_raw_fd());
     Ok(fd)
 }
+
+/// Gives the FIFO a [`PIPE_SIZE`] buffer (Linux: `F_SETPIPE_SZ`; other systems size pipes
+/// themselves, macOS up to 64 KiB as the writer fills it).
+#[cfg(target_os = "linux")]
+fn grow_pipe(fd: std::os::fd::RawFd) {
+    // SAFETY: fcntl on a FIFO we own; failure only leaves the default size.
+    unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_SIZE) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn grow_pipe(_fd: std::os::fd::RawFd) {}
 
 /// The read end of a command's output FIFO (non-blocking).
 #[derive(Debug)]

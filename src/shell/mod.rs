@@ -35,24 +35,41 @@ pub mod zsh;
 pub use local::{Shell, ShellConfig, ShellKind};
 pub use session::{Ending, OutputSink, RunEnd, RunError, Session};
 
-/// `N` bytes from the kernel's random source (`getrandom`) as hex: the per-command status
-/// token of a local shell and the frame nonce of a remote one.
+/// `N` bytes from the kernel's random source as hex: the per-command status token of a local
+/// shell and the frame nonce of a remote one.
 pub fn random_hex<const N: usize>() -> std::io::Result<String> {
     let mut b = [0u8; N];
     let mut got = 0;
     while got < N {
-        // SAFETY: getrandom writes at most the given length into the rest of our buffer.
-        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), N - got, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match random_bytes(&mut b[got..]) {
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         }
-        got += n as usize;
     }
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Fills the start of `buf` from `getrandom`; how much it filled.
+#[cfg(target_os = "linux")]
+fn random_bytes(buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: getrandom writes at most the given length into our buffer.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Fills the start of `buf` from `getentropy` (at most 256 bytes a call); how much it filled.
+#[cfg(not(target_os = "linux"))]
+fn random_bytes(buf: &mut [u8]) -> std::io::Result<usize> {
+    let n = buf.len().min(256);
+    // SAFETY: getentropy writes exactly `n` bytes into our buffer.
+    if unsafe { libc::getentropy(buf.as_mut_ptr().cast(), n) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n)
 }
 
 /// Who asked for the command: an agent (full tool path) or the user (contract §8.2 bang semantics).

@@ -52,11 +52,26 @@
 //!
 //! tokio reaps its own children, so we only ever `waitpid` pids that it does not own
 //! ([`spawn_owned`]); [`reap_adopted`] collects adopted orphans.
+//!
+//! # Off Linux (and with `AGENT_BASH_PORTABLE=1`)
+//! No cgroups and no subreaper: [`Group`]s are found by process groups, a descendant walk over
+//! one `ps` listing (`portable.rs`: pid, parent, group, state, start time to the second; the
+//! session from `getsid`) and the members earlier walks remembered; a PTY run also takes every
+//! process of its terminal session. What is weaker (README, "Platforms"): an orphan that left
+//! its session (`setsid`) and whose parent died before any walk saw it is re-parented to
+//! init/launchd, not to us, and is out of reach unless it still carries the `AGENT_BASH_OWNER`
+//! mark, which the shutdown sweep and the watchdog look for in what `ps` shows of environments.
+
+#[cfg(target_os = "linux")]
+mod linux;
+mod portable;
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+#[cfg(target_os = "linux")]
+use std::os::fd::AsRawFd;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -87,75 +102,103 @@ pub struct ProcInfo {
     pub pid: i32,
     pub ppid: i32,
     pub pgrp: i32,
+    /// The session id (`/proc` on Linux, `getsid` on the portable paths).
     pub session: i32,
     /// Start time in clock ticks after boot (field 22): with the pid, a process's identity.
     pub start: u64,
     pub zombie: bool,
 }
 
-/// Reads `/proc/<pid>/stat`; `None` when the process is gone.
-#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
-pub fn proc_info(pid: i32) -> Option<ProcInfo> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may itself contain spaces or parentheses: the
-    // fields we need come after the last ')'. Field 3 (state) is the first of them.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let state = *fields.first()?;
-    Some(ProcInfo {
-        pid,
-        ppid: fields.get(1)?.parse().ok()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        session: fields.get(3)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-        zombie: state == "Z" || state == "X",
-    })
-}
-
 /// The process `pid` if it is alive and still the one that started at `start`.
+// The portable paths ask for many at once ([`living`]).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn alive(pid: i32, start: u64) -> Option<ProcInfo> {
     proc_info(pid).filter(|i| !i.zombie && i.start == start)
 }
 
-/// Every process currently visible in `/proc`.
-#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
+/// Where a process table comes from: `/proc` (Linux) or `ps` (the portable twin, and every
+/// other Unix; README, "Platforms").
+#[cfg(target_os = "linux")]
+fn native() -> bool {
+    !crate::platform::portable()
+}
+
+/// The process `pid`; `None` when it is gone.
+pub fn proc_info(pid: i32) -> Option<ProcInfo> {
+    #[cfg(target_os = "linux")]
+    if native() {
+        return linux::proc_info(pid);
+    }
+    portable::proc_info(pid)
+}
+
+/// Every process currently visible.
 pub fn all_procs() -> Vec<ProcInfo> {
-    let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(proc_info)
+    #[cfg(target_os = "linux")]
+    if native() {
+        return linux::all_procs();
+    }
+    portable::all_procs()
+}
+
+/// Live processes whose environment holds exactly `entry` (`NAME=value`), never `exclude`.
+fn marked(entry: &str, exclude: &HashSet<i32>) -> Vec<i32> {
+    #[cfg(target_os = "linux")]
+    if native() {
+        return linux::marked(entry, exclude);
+    }
+    portable::marked(entry, exclude)
+}
+
+/// Direct children of `pid`; `None` when the system does not list them (then a walk scans the
+/// whole table once).
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    #[cfg(target_os = "linux")]
+    if native() {
+        return linux::children_of(pid);
+    }
+    let _ = pid;
+    None
+}
+
+/// The processes of group `pgrp` with their state and wait channel, as `ps` shows them (one
+/// run): the portable paths' look at what a terminal's foreground group waits for.
+pub fn wait_channels(pgrp: i32) -> Vec<(i32, String, String)> {
+    portable::wait_channels(pgrp)
+}
+
+/// The state and wait channel of `pid`, as `ps` shows them.
+pub fn wait_channel(pid: i32) -> Option<(String, String)> {
+    portable::wait_channel(pid)
+}
+
+/// Whether this process is a child subreaper (orphans of its descendants re-parent to it).
+/// Only Linux has them.
+fn is_subreaper() -> bool {
+    #[cfg(target_os = "linux")]
+    if native() {
+        return linux::is_subreaper();
+    }
+    false
+}
+
+/// The processes of `ids` (`(pid, start time)`) that are alive and still the ones that started
+/// then: one look at the table for all of them (one `ps` run on the portable paths).
+fn living(ids: &[(i32, u64)]) -> Vec<ProcInfo> {
+    #[cfg(target_os = "linux")]
+    if native() {
+        return ids.iter().filter_map(|(p, s)| alive(*p, *s)).collect();
+    }
+    let wanted: HashSet<(i32, u64)> = ids.iter().copied().collect();
+    let pids: Vec<i32> = ids.iter().map(|(p, _)| *p).collect();
+    portable::table(Some(&pids))
+        .into_iter()
+        .filter(|i| !i.zombie && wanted.contains(&(i.pid, i.start)))
         .collect()
 }
 
-/// True when `/proc/<pid>/environ` contains exactly `entry` (`NAME=value`).
-#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
-fn environ_has(pid: i32, entry: &[u8]) -> bool {
-    match fs::read(format!("/proc/{pid}/environ")) {
-        Ok(env) => env.split(|&b| b == 0).any(|e| e == entry),
-        Err(_) => false,
-    }
-}
-
-/// Direct children of `pid`, from `/proc/<pid>/task/<tid>/children` (every thread's children:
-/// a multi-threaded parent such as the backend spawns from several threads). `None` when the
-/// kernel does not offer those files (CONFIG_PROC_CHILDREN); an exited process has none.
-#[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
-fn children_of(pid: i32) -> Option<Vec<i32>> {
-    let tasks = match fs::read_dir(format!("/proc/{pid}/task")) {
-        Ok(t) => t,
-        Err(_) => return Some(Vec::new()),
-    };
-    let mut out = Vec::new();
-    for task in tasks.flatten() {
-        let path = task.path().join("children");
-        match fs::read_to_string(&path) {
-            Ok(text) => {
-                out.extend(text.split_ascii_whitespace().filter_map(|s| s.parse::<i32>().ok()))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(_) => {}
-        }
-    }
-    Some(out)
+fn ids(procs: &[ProcInfo]) -> Vec<(i32, u64)> {
+    procs.iter().map(|p| (p.pid, p.start)).collect()
 }
 
 /// Live processes that are `roots` or descend from them, never `exclude`. Walks the kernel's
@@ -165,7 +208,11 @@ fn walk(roots: &[i32], exclude: &HashSet<i32>) -> Vec<ProcInfo> {
     if let Some(found) = walk_children(roots, exclude) {
         return found;
     }
-    let procs = all_procs();
+    walk_table(roots, exclude, all_procs())
+}
+
+/// [`walk`] over a listing of the whole table, `procs`.
+fn walk_table(roots: &[i32], exclude: &HashSet<i32>, procs: Vec<ProcInfo>) -> Vec<ProcInfo> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for p in &procs {
         children.entry(p.ppid).or_default().push(p.pid);
@@ -178,6 +225,17 @@ fn walk(roots: &[i32], exclude: &HashSet<i32>) -> Vec<ProcInfo> {
         }
     }
     procs.into_iter().filter(|p| !p.zombie && wanted.contains(&p.pid)).collect()
+}
+
+/// One listing of the whole process table for everything a group's walk asks (the portable
+/// paths: one `ps` run instead of one per question); `None` on Linux, whose `/proc` answers
+/// each question on its own.
+fn snapshot() -> Option<Vec<ProcInfo>> {
+    #[cfg(target_os = "linux")]
+    if native() {
+        return None;
+    }
+    Some(portable::all_procs())
 }
 
 fn walk_children(roots: &[i32], exclude: &HashSet<i32>) -> Option<Vec<ProcInfo>> {
@@ -232,12 +290,10 @@ fn deaf_to_term(pid: i32) -> bool {
 }
 
 fn signal_pids(procs: &[ProcInfo], sig: i32) {
-    for p in procs {
-        // Checked just before: a pid reused since the walk is left alone (a tiny window).
-        if alive(p.pid, p.start).is_some() {
-            // SAFETY: plain syscall.
-            unsafe { libc::kill(p.pid, sig) };
-        }
+    // Checked just before: a pid reused since the walk is left alone (a tiny window).
+    for p in living(&ids(procs)) {
+        // SAFETY: plain syscall.
+        unsafe { libc::kill(p.pid, sig) };
     }
 }
 
@@ -274,19 +330,38 @@ struct Tracker {
 fn tracker() -> &'static Tracker {
     static TRACKER: OnceLock<Tracker> = OnceLock::new();
     TRACKER.get_or_init(|| {
-        let (cgroup, mode) = match create_parent_cgroup() {
-            Ok(dir) => {
-                let mode = format!("cgroup v2 ({})", dir.display());
-                (Some(dir), mode)
-            }
-            Err(why) => (None, format!("fallback: subreapers and process trees ({why})")),
-        };
+        let (cgroup, mode) = linux_tracking().unwrap_or_else(|| {
+            let how = "portable: process groups and a ps walk, no subreaper";
+            (None, format!("{how} ({})", crate::platform::describe()))
+        });
         tracing::info!("process tracking: {mode}");
         Tracker { cgroup, mode, groups: Mutex::new(HashMap::new()), next: AtomicU64::new(1) }
     })
 }
 
-/// Which path tracks processes: `cgroup v2 (<dir>)` or `fallback: … (<why not cgroups>)`.
+/// Linux's tracking: a cgroup v2 of our own, else subreapers and process trees; `None` on the
+/// portable paths.
+#[cfg(target_os = "linux")]
+fn linux_tracking() -> Option<(Option<PathBuf>, String)> {
+    if !native() {
+        return None;
+    }
+    Some(match create_parent_cgroup() {
+        Ok(dir) => {
+            let mode = format!("cgroup v2 ({})", dir.display());
+            (Some(dir), mode)
+        }
+        Err(why) => (None, format!("fallback: subreapers and process trees ({why})")),
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn linux_tracking() -> Option<(Option<PathBuf>, String)> {
+    None
+}
+
+/// Which path tracks processes: `cgroup v2 (<dir>)`, `fallback: … (<why not cgroups>)` or
+/// `portable: … (<platform>)`.
 pub fn tracking_mode() -> &'static str {
     &tracker().mode
 }
@@ -310,6 +385,7 @@ pub fn session_cgroup_of(pid: i32) -> Option<PathBuf> {
 }
 
 /// Why processes are tracked without a cgroup of their own ([`tracking_mode`]).
+#[cfg(target_os = "linux")]
 #[derive(Debug, thiserror::Error)]
 enum NoCgroup {
     #[error("{} is set", NO_CGROUP_VAR)]
@@ -333,6 +409,7 @@ enum NoCgroup {
 }
 
 /// Our own cgroup v2 directory: `/proc/self/cgroup`'s `0::<path>` under the cgroup2 mount.
+#[cfg(target_os = "linux")]
 #[allow(clippy::disallowed_methods)] // /proc and cgroupfs reads: kernel tables, not disk
 fn own_cgroup_dir() -> Result<PathBuf, NoCgroup> {
     let text = fs::read_to_string("/proc/self/cgroup").map_err(NoCgroup::ReadOwn)?;
@@ -353,6 +430,7 @@ fn own_cgroup_dir() -> Result<PathBuf, NoCgroup> {
     Err(NoCgroup::NoMount)
 }
 
+#[cfg(target_os = "linux")]
 fn create_parent_cgroup() -> Result<PathBuf, NoCgroup> {
     if std::env::var_os(NO_CGROUP_VAR).is_some_and(|v| !v.is_empty() && v != "0") {
         return Err(NoCgroup::Disabled);
@@ -464,6 +542,8 @@ struct Inner {
     root: Mutex<Option<(i32, u64)>>,
     /// Also every process of the root's terminal session (PTY runs).
     session: bool,
+    /// The root's [`ProcInfo::session`], once it started.
+    session_key: AtomicI32,
     /// Every member ever found, by pid → start time; dead ones are dropped at each walk.
     seen: Mutex<HashMap<i32, u64>>,
     id: u64,
@@ -488,6 +568,7 @@ impl Group {
             cgroup,
             root: Mutex::new(None),
             session,
+            session_key: AtomicI32::new(0),
             seen: Mutex::new(HashMap::new()),
             id,
         });
@@ -508,6 +589,18 @@ impl Group {
     // Opens `cgroup.procs` on cgroupfs (kernel, not disk) at each spawn.
     #[allow(clippy::disallowed_methods)]
     pub fn prepare(&self, cmd: &mut std::process::Command) -> Option<OwnedFd> {
+        #[cfg(target_os = "linux")]
+        if native() {
+            return self.prepare_linux(cmd);
+        }
+        // Portable: no subreaper and no cgroup, so no hook (the spawn keeps posix_spawn).
+        let _ = cmd;
+        None
+    }
+
+    #[cfg(target_os = "linux")]
+    #[allow(clippy::disallowed_methods)] // see `prepare`
+    fn prepare_linux(&self, cmd: &mut std::process::Command) -> Option<OwnedFd> {
         use std::os::unix::process::CommandExt;
         let file =
             self.inner.cgroup.as_ref().and_then(|dir| {
@@ -554,6 +647,7 @@ impl Group {
             if let Ok(mut root) = self.inner.root.lock() {
                 *root = Some((pid, info.start));
             }
+            self.inner.session_key.store(info.session, Ordering::Relaxed);
             report(&[(pid, info.start)]);
         }
     }
@@ -622,11 +716,21 @@ impl Inner {
     /// adopted orphans born after the root, plus `extra`; remembers (and reports) what it finds.
     fn members(&self, extra: &[i32]) -> Vec<ProcInfo> {
         let root = self.root.lock().ok().and_then(|r| *r);
+        let snap = snapshot();
+        let living_of = |ids: &[(i32, u64)]| -> HashSet<(i32, u64)> {
+            let live = match &snap {
+                Some(table) => table
+                    .iter()
+                    .filter(|p| !p.zombie && ids.contains(&(p.pid, p.start)))
+                    .copied()
+                    .collect(),
+                None => living(ids),
+            };
+            live.into_iter().map(|p| (p.pid, p.start)).collect()
+        };
         let mut roots: Vec<i32> = extra.to_vec();
-        if let Some((pid, start)) = root {
-            if alive(pid, start).is_some() {
-                roots.push(pid);
-            }
+        if let Some(id) = root {
+            roots.extend(living_of(&[id]).into_iter().map(|(p, _)| p));
         }
         if let Some(dir) = &self.cgroup {
             roots.extend(cgroup_pids(dir));
@@ -635,28 +739,36 @@ impl Inner {
             Ok(s) => s.iter().map(|(p, s)| (*p, *s)).collect(),
             Err(_) => Vec::new(),
         };
-        roots.extend(known.iter().filter(|(p, s)| alive(*p, *s).is_some()).map(|(p, _)| *p));
+        let known_alive = living_of(&known);
+        roots.extend(known_alive.iter().map(|(p, _)| *p));
         if let Some((_, born)) = root {
             roots.extend(adopted_orphans().into_iter().filter(|o| o.start >= born).map(|o| o.pid));
         }
         let exclude = untouchable();
-        let mut found = walk(&roots, &exclude);
+        let walk_from = |roots: &[i32]| match &snap {
+            Some(table) => walk_table(roots, &exclude, table.clone()),
+            None => walk(roots, &exclude),
+        };
+        let mut found = walk_from(&roots);
         if self.session {
-            if let Some((sid, _)) = root.filter(|(sid, _)| *sid > 1) {
+            let sid = self.session_key.load(Ordering::Relaxed);
+            if root.is_some() && sid > 1 {
                 let have: HashSet<i32> = found.iter().map(|p| p.pid).collect();
-                let more: Vec<i32> = all_procs()
+                let more: Vec<i32> = snap
+                    .clone()
+                    .unwrap_or_else(all_procs)
                     .into_iter()
                     .filter(|p| p.session == sid && !p.zombie && !have.contains(&p.pid))
                     .map(|p| p.pid)
                     .collect();
-                found.extend(walk(&more, &exclude));
+                found.extend(walk_from(&more));
             }
         }
         let mut uniq = HashSet::new();
         found.retain(|p| uniq.insert(p.pid));
         let mut new = Vec::new();
         if let Ok(mut seen) = self.seen.lock() {
-            seen.retain(|p, s| alive(*p, *s).is_some());
+            seen.retain(|p, s| known_alive.contains(&(*p, *s)));
             for p in &found {
                 if seen.insert(p.pid, p.start) != Some(p.start) {
                     new.push((p.pid, p.start));
@@ -676,7 +788,7 @@ impl Inner {
         'grace: while !procs.is_empty() && Instant::now() < deadline {
             signal_all(&procs, libc::SIGTERM);
             loop {
-                procs.retain(|p| alive(p.pid, p.start).is_some());
+                procs = living(&ids(&procs));
                 let now = Instant::now();
                 if procs.is_empty() || now >= deadline {
                     break;
@@ -716,10 +828,7 @@ impl Inner {
 
 /// Children of the backend that nobody spawned: orphans re-parented to it (the subreaper).
 fn adopted_orphans() -> Vec<ProcInfo> {
-    let mut is_subreaper: libc::c_int = 0;
-    // SAFETY: prctl writes one int through the pointer.
-    unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut is_subreaper as *mut libc::c_int) };
-    if is_subreaper == 0 {
+    if !is_subreaper() {
         // Nothing is ever re-parented to us: every child was spawned by someone here (a test
         // harness spawns its own) and is none of our business.
         return Vec::new();
@@ -748,13 +857,7 @@ pub fn sweep_blocking(mark: Option<&str>, grace: Duration) {
         let mut roots: Vec<i32> = extra.to_vec();
         roots.extend(adopted_orphans().into_iter().map(|p| p.pid));
         if let Some(mark) = mark {
-            roots.extend(
-                all_procs()
-                    .into_iter()
-                    .filter(|p| !p.zombie && !exclude.contains(&p.pid))
-                    .filter(|p| environ_has(p.pid, mark.as_bytes()))
-                    .map(|p| p.pid),
-            );
+            roots.extend(marked(mark, &exclude));
         }
         walk(&roots, &exclude)
     };
@@ -762,7 +865,7 @@ pub fn sweep_blocking(mark: Option<&str>, grace: Duration) {
     if !procs.is_empty() {
         signal_all(&procs, libc::SIGTERM);
         let end = Instant::now() + grace;
-        while Instant::now() < end && procs.iter().any(|p| alive(p.pid, p.start).is_some()) {
+        while Instant::now() < end && !living(&ids(&procs)).is_empty() {
             std::thread::sleep(KILL_POLL_MAX);
         }
     }
@@ -842,6 +945,10 @@ pub fn disown_child(pid: i32) {
 /// Reaps zombie children that were adopted (orphans re-parented to the subreaper backend).
 /// Children that tokio owns are left alone: reaping them would steal their exit status.
 pub fn reap_adopted() {
+    if !is_subreaper() {
+        // Nothing is ever re-parented to us (and a `ps` run per SIGCHLD would be wasted).
+        return;
+    }
     let me = std::process::id() as i32;
     // Held for the whole scan: see [`spawn_owned`].
     let owned = match owned().lock() {
@@ -863,10 +970,13 @@ pub fn reap_adopted() {
     }
 }
 
-/// Makes the backend a child subreaper so that orphaned descendants stay ours to kill.
+/// Makes the backend a child subreaper so that orphaned descendants stay ours to kill (Linux;
+/// the portable paths have none).
 pub fn become_subreaper() {
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    #[cfg(target_os = "linux")]
+    if native() {
+        linux::set_subreaper();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -928,7 +1038,9 @@ pub fn run_watchdog(owner: &str, cgroup: Option<&Path>) -> i32 {
                 }
                 // Bounded: forget the dead once the table has doubled.
                 if reported.len() >= prune_at {
-                    reported.retain(|p, s| alive(*p, *s).is_some());
+                    let all: Vec<(i32, u64)> = reported.iter().map(|(p, s)| (*p, *s)).collect();
+                    let live: HashSet<i32> = living(&all).into_iter().map(|p| p.pid).collect();
+                    reported.retain(|p, _| live.contains(p));
                     prune_at = (reported.len() * 2).max(1024);
                 }
             }
@@ -945,13 +1057,9 @@ pub fn run_watchdog(owner: &str, cgroup: Option<&Path>) -> i32 {
     let exclude = HashSet::from([me]);
     let find = |extra: &[i32]| {
         let mut roots: Vec<i32> = extra.to_vec();
-        roots.extend(reported.iter().filter(|(p, s)| alive(**p, **s).is_some()).map(|(p, _)| *p));
-        roots.extend(
-            all_procs()
-                .into_iter()
-                .filter(|p| !p.zombie && p.pid != me && environ_has(p.pid, mark.as_bytes()))
-                .map(|p| p.pid),
-        );
+        let all: Vec<(i32, u64)> = reported.iter().map(|(p, s)| (*p, *s)).collect();
+        roots.extend(living(&all).into_iter().map(|p| p.pid));
+        roots.extend(marked(&mark, &exclude));
         walk(&roots, &exclude)
     };
     for _ in 0..50 {

@@ -412,17 +412,34 @@ async fn nvim_checkhealth_reports_versions_and_ping() {
     let text =
         ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
     let text = text.as_str().unwrap();
-    for want in [
+    // The platform's paths (README, "Platforms"): Linux's own, or the portable ones macOS runs
+    // (`AGENT_BASH_PORTABLE=1`, the second run of `make test`).
+    let platform: &[&str] = if std::env::var("AGENT_BASH_PORTABLE").as_deref() == Ok("1") {
+        &[
+            "platform: Linux (portable paths: AGENT_BASH_PORTABLE=1)",
+            "process tracking: portable: process groups and a ps walk, no subreaper",
+            "sandbox: tool calls: off (unavailable (Linux (portable paths: AGENT_BASH_PORTABLE=1): agent-bash fences only on Linux))",
+            "plain commands: off on Linux (portable paths: AGENT_BASH_PORTABLE=1): the spawn builtin is Linux only",
+            "every snapshot reads the whole project: no folder watcher on Linux (portable paths: AGENT_BASH_PORTABLE=1)",
+        ]
+    } else {
+        &[
+            "platform: Linux\n",
+            "process tracking: ",
+            "sandbox: tool calls: off (Landlock ABI ",
+            "plain commands: on: a plain external command starts with posix_spawn, without bash's fork",
+            "only changed folders are re-read: inotify watches the project folders (limit: fs.inotify.max_user_watches = ",
+        ]
+    };
+    let common = [
         "Neovim 0.11",
         "binary: ",
         "version: agent-bash 0.1.0",
         "log file: ",
         "ping: pong",
-        "sandbox: tool calls: off (Landlock ABI ",
-        "plain commands: on: a plain external command starts with posix_spawn, without bash's fork",
         "receipts are on",
-        "only changed folders are re-read: inotify watches the project folders (limit: fs.inotify.max_user_watches = ",
-    ] {
+    ];
+    for want in common.iter().chain(platform) {
         assert!(text.contains(want), "missing {want:?} in\n{text}");
     }
     assert!(!text.contains("ERROR"), "{text}");
