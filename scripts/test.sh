@@ -71,7 +71,7 @@ HOME="$test_home" cargo test --release --quiet
 # fence): README, "Platforms", says what this run adds.
 echo "== rust tests, portable paths (AGENT_BASH_PORTABLE=1)"
 HOME="$test_home" AGENT_BASH_PORTABLE=1 cargo test --release --quiet --test all -- \
-  suite::shell suite::exec suite::pty suite::rpc suite::pipeline suite::changes suite::mcp suite::nvim \
+  suite::shell suite::exec suite::pty suite::rpc suite::pipeline suite::changes suite::mcp suite::nvim:: \
   suite::editor
 if [ -d tests/lua ] && ls tests/lua/*_spec.lua >/dev/null 2>&1; then
   echo "== lua specs"

@@ -348,7 +348,13 @@ mod tests {
     /// bash 3.2 and 5.3 (`../shared/bash/`, beside the clone) and the machine's own.
     #[test]
     fn default_shell_is_the_newest_bash_found() {
-        let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/bash");
+        // Beside the clone (CI), or beside the worktrees' folder (a worktree of it).
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let shared = ["../shared/bash", "../../shared/bash"]
+            .iter()
+            .map(|rel| here.join(rel))
+            .find(|d| d.is_dir())
+            .unwrap_or_else(|| here.join("../shared/bash"));
         let dir = tempfile::tempdir().unwrap();
         let (old, new) = (dir.path().join("old"), dir.path().join("new"));
         for (d, build) in [(&old, "bash-3.2"), (&new, "bash-5.3")] {
