@@ -343,41 +343,6 @@ pub const HARDENING: &[(&str, &str)] = &[
 mod tests {
     use super::*;
 
-    /// With `$SHELL` unset or neither bash nor zsh, the newest bash found is the shell, not the
-    /// first in `PATH` (macOS: an old bash early in `PATH`, Homebrew's later). Real builds of
-    /// bash 3.2 and 5.3 (`../shared/bash/`, beside the clone) and the machine's own.
-    #[test]
-    fn default_shell_is_the_newest_bash_found() {
-        // Beside the clone (CI), or beside the worktrees' folder (a worktree of it).
-        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let shared = ["../shared/bash", "../../shared/bash"]
-            .iter()
-            .map(|rel| here.join(rel))
-            .find(|d| d.is_dir())
-            .unwrap_or_else(|| here.join("../shared/bash"));
-        let dir = tempfile::tempdir().unwrap();
-        let (old, new) = (dir.path().join("old"), dir.path().join("new"));
-        for (d, build) in [(&old, "bash-3.2"), (&new, "bash-5.3")] {
-            std::fs::create_dir(d).unwrap();
-            let target = shared.join(build);
-            assert!(target.is_file(), "{} is missing", target.display());
-            std::os::unix::fs::symlink(target, d.join("bash")).unwrap();
-        }
-        let path = |dirs: &[&Path]| Some(std::env::join_paths(dirs).unwrap());
-        let both = path(&[&old, &new]);
-        for shell in [None, Some("/usr/bin/fish".into()), Some("/bin/sh".into())] {
-            assert_eq!(default_shell(shell, both.clone()), new.join("bash"));
-        }
-        // 3.2 first in PATH, the machine's /bin/bash (5.x) after it: the newer one.
-        let system = bash_version(Path::new("/bin/bash")).unwrap();
-        assert!(system > vec![3, 2], "{system:?}");
-        assert_eq!(bash_version(&old.join("bash")).unwrap()[..2], [3, 2]);
-        assert_ne!(default_shell(None, path(&[&old])), old.join("bash"));
-        // `$SHELL` wins when it is bash or zsh.
-        let old_bash = old.join("bash").into_os_string();
-        assert_eq!(default_shell(Some(old_bash), both), old.join("bash"));
-    }
-
     #[test]
     fn settings_parse_and_reject() {
         let s = Settings::parse("prefix = \"nice -n 10\"\n[limits]\nmax_sessions = 4\n").unwrap();

@@ -278,3 +278,35 @@ async fn shell_command_ending_inside_a_substitution_leaves_the_parser_whole() {
     let main_log = std::fs::read_to_string(format!("{}.{pid}", log.display())).unwrap();
     assert!(!main_log.contains("Invalid"), "the session's bash:\n{main_log}");
 }
+
+/// With `$SHELL` unset or neither bash nor zsh, the newest bash found is the shell, not the
+/// first in `PATH` (macOS: an old bash early in `PATH`, Homebrew's later): the matrix's real
+/// bash 3.2 and 5.3 builds, each in a folder of its own as `bash`, and the machine's own.
+#[test]
+fn default_shell_is_the_newest_bash_found() {
+    use agent_bash::exec::settings::default_shell;
+    let folder = |v: &str| Path::new(super::support::bash_build(v)).parent().unwrap().to_owned();
+    let (old, new) = (folder("3.2"), folder("5.3"));
+    let version = |bash: &Path| {
+        let out = std::process::Command::new(bash)
+            .args(["-c", "echo ${BASH_VERSINFO[0]}.${BASH_VERSINFO[1]}"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    assert_eq!(
+        (version(&old.join("bash")), version(&new.join("bash"))),
+        ("3.2".into(), "5.3".into())
+    );
+    let path = |dirs: &[&Path]| Some(std::env::join_paths(dirs).unwrap());
+    let both = path(&[&old, &new]);
+    for shell in [None, Some("/usr/bin/fish".into()), Some("/bin/sh".into())] {
+        assert_eq!(default_shell(shell, both.clone()), new.join("bash"));
+    }
+    // 3.2 alone in PATH, the machine's /bin/bash (5.x) found after it: the newer one.
+    assert!(version(Path::new("/bin/bash")).as_str() > "3.2");
+    assert_ne!(default_shell(None, path(&[&old])), old.join("bash"));
+    // `$SHELL` wins when it is bash or zsh.
+    let old_bash = old.join("bash").into_os_string();
+    assert_eq!(default_shell(Some(old_bash), both), old.join("bash"));
+}

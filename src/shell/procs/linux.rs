@@ -1,8 +1,6 @@
 //! Linux's process tables and subreapers (`/proc`, `prctl`); the portable twins are in
 //! `portable.rs`, the dispatch in `procs.rs`. The cgroup v2 path is in `procs.rs` (it only
 //! exists here: elsewhere the tracker never creates one).
-// /proc reads: kernel tables, not disk.
-#![allow(clippy::disallowed_methods)]
 
 use std::collections::HashSet;
 use std::fs;
@@ -10,6 +8,7 @@ use std::fs;
 use super::ProcInfo;
 
 /// Reads `/proc/<pid>/stat`; `None` when the process is gone.
+#[allow(clippy::disallowed_methods)] // a /proc read: a kernel table, not disk
 pub fn proc_info(pid: i32) -> Option<ProcInfo> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may itself contain spaces or parentheses: the
@@ -28,6 +27,7 @@ pub fn proc_info(pid: i32) -> Option<ProcInfo> {
 }
 
 /// Every process currently visible in `/proc`.
+#[allow(clippy::disallowed_methods)] // a /proc read: a kernel table, not disk
 pub fn all_procs() -> Vec<ProcInfo> {
     let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
@@ -36,6 +36,7 @@ pub fn all_procs() -> Vec<ProcInfo> {
 }
 
 /// True when `/proc/<pid>/environ` contains exactly `entry` (`NAME=value`).
+#[allow(clippy::disallowed_methods)] // a /proc read: a kernel table, not disk
 fn environ_has(pid: i32, entry: &[u8]) -> bool {
     match fs::read(format!("/proc/{pid}/environ")) {
         Ok(env) => env.split(|&b| b == 0).any(|e| e == entry),
@@ -56,6 +57,7 @@ pub fn marked(entry: &str, exclude: &HashSet<i32>) -> Vec<i32> {
 /// Direct children of `pid`, from `/proc/<pid>/task/<tid>/children` (every thread's children:
 /// a multi-threaded parent such as the backend spawns from several threads). `None` when the
 /// kernel does not offer those files (CONFIG_PROC_CHILDREN); an exited process has none.
+#[allow(clippy::disallowed_methods)] // a /proc read: a kernel table, not disk
 pub fn children_of(pid: i32) -> Option<Vec<i32>> {
     let tasks = match fs::read_dir(format!("/proc/{pid}/task")) {
         Ok(t) => t,

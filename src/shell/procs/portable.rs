@@ -9,8 +9,6 @@
 //!   stays after the session leader exits);
 //! * environment marks: `ps` appends the environment to the command line (`e` in procps, `-E`
 //!   on macOS), from which a `NAME=value` word is picked.
-// Runs `ps` and waits for it: callers are blocking threads (the kill ladder, the watchdog).
-#![allow(clippy::disallowed_methods)]
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
@@ -21,6 +19,7 @@ use super::ProcInfo;
 const COLUMNS: &str = "pid=,ppid=,pgid=,stat=,lstart=";
 
 /// Runs `ps` with `args` (C locale, UTC); its standard output, empty when it failed.
+#[allow(clippy::disallowed_methods)] // waits for `ps`: its callers are blocking threads (the kill ladder, the watchdog)
 fn ps(args: &[&str]) -> String {
     let out = Command::new("ps")
         .args(args)
