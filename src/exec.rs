@@ -453,7 +453,9 @@ impl Runtime {
             "off (spawn = false in the settings file): bash forks for every command".into()
         } else if crate::platform::portable() {
             let on = crate::platform::describe();
-            format!("off on {on}: the spawn builtin is Linux only, bash forks for every command")
+            format!(
+                "off on {on}: the runner builtin runs on the Linux paths only, so calls are eval'ed by a one-line driver and bash forks for every command"
+            )
         } else if !shell::spawn_built() {
             "off: this build had no C compiler for the builtin, bash forks for every command".into()
         } else if shell::ShellKind::of(&cfg.shell) != shell::ShellKind::Bash {

@@ -242,7 +242,7 @@ pub enum NoLandlock {
     #[error(transparent)]
     Kernel(io::Error),
     /// Not Linux, or the portable paths forced (`AGENT_BASH_PORTABLE=1`): no fence here.
-    #[error("{0}: agent-bash fences only on Linux")]
+    #[error("{0}: the fence is Landlock, which only the Linux paths use")]
     Platform(String),
 }
 

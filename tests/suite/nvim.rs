@@ -418,8 +418,8 @@ async fn nvim_checkhealth_reports_versions_and_ping() {
         &[
             "platform: Linux (portable paths: AGENT_BASH_PORTABLE=1)",
             "process tracking: portable: process groups and a ps walk, no subreaper",
-            "sandbox: tool calls: off (unavailable (Linux (portable paths: AGENT_BASH_PORTABLE=1): agent-bash fences only on Linux))",
-            "plain commands: off on Linux (portable paths: AGENT_BASH_PORTABLE=1): the spawn builtin is Linux only",
+            "sandbox: tool calls: off (unavailable (Linux (portable paths: AGENT_BASH_PORTABLE=1): the fence is Landlock, which only the Linux paths use))",
+            "plain commands: off on Linux (portable paths: AGENT_BASH_PORTABLE=1): the runner builtin runs on the Linux paths only",
             "every snapshot reads the whole project: no folder watcher on Linux (portable paths: AGENT_BASH_PORTABLE=1)",
         ]
     } else {
