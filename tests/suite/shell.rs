@@ -253,10 +253,11 @@ async fn shell_command_ending_inside_a_substitution_leaves_the_parser_whole() {
     for cmd in ["echo $(x", "echo \"$(x", "cat <(x", "echo a\necho $(b", "while true; do"] {
         let (end, out) = run(&mut sh, cmd, long).await;
         // `bash -c` as the session's bash is named (`/bin/bash`, as the wrapper starts it);
-        // without the runner builtin, its `eval` (see `shell_c`).
+        // without the runner builtin, its `eval` (see `shell_c`) in a bash whose `$0` is
+        // `bash`, as the plain-bash driver's is.
         let script = match sh.runs_calls() {
             true => "exec /bin/bash -c \"$C\" 2>&1",
-            false => "exec /bin/bash -c 'eval \"$C\"' 2>&1",
+            false => "exec /bin/bash -c 'eval \"$C\"' bash 2>&1",
         };
         let oracle = std::process::Command::new("sh")
             .args(["-c", script])
