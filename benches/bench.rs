@@ -227,11 +227,16 @@ impl RpcProc {
 
     /// A backend working in `cwd`, with more settings (TOML lines) after `state_dir`.
     fn start_in(cwd: &Path, settings: &str) -> RpcProc {
+        RpcProc::start_bin(BIN, cwd, settings)
+    }
+
+    /// The backend `bin` (this build's, or another build's for an A/B run).
+    fn start_bin(bin: &str, cwd: &Path, settings: &str) -> RpcProc {
         let state = tempfile::tempdir().unwrap();
         let cfg = state.path().join("c.toml");
         let state_dir = state.path().to_str().unwrap();
         std::fs::write(&cfg, format!("state_dir = {state_dir:?}\n{settings}")).unwrap();
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(bin)
             .current_dir(cwd)
             .arg("--log-file")
             .arg(state.path().join("log"))
@@ -315,6 +320,44 @@ fn bench_rpc(runs: usize) {
             format!("{:.3} ms", b.as_secs_f64() * 1e3),
             o.as_secs_f64() / b.as_secs_f64(),
             goal,
+        );
+    }
+    if let Some(other) = std::env::var_os(OTHER_BIN) {
+        bench_rpc_against(&other.to_string_lossy(), runs);
+    }
+}
+
+/// `$AGENT_BASH_BENCH_OTHER_BIN`: another build's binary, whose RPC round trips the `rpc`
+/// section measures against this build's in the same run (an A/B of a change).
+const OTHER_BIN: &str = "AGENT_BASH_BENCH_OTHER_BIN";
+
+/// This build's RPC round trips against `other`'s, the two backends taking turns request by
+/// request, so load on the machine falls on both alike.
+fn bench_rpc_against(other: &str, runs: usize) {
+    println!(
+        "\n### RPC round trip, this build against `{other}` (median of {runs}, taking turns)\n"
+    );
+    println!("| command | this build | other build | this ÷ other | goal |");
+    println!("|---|---|---|---|---|");
+    let settings = "\n[changes]\nenabled = false\n";
+    let mut ours = RpcProc::start_bin(BIN, Path::new("."), settings);
+    let mut theirs = RpcProc::start_bin(other, Path::new("."), settings);
+    for (rpc, name) in [(&mut ours, "a"), (&mut theirs, "b")] {
+        rpc.round_trip(&format!("warm-{name}"), "true");
+    }
+    for cmd in ["true", "/bin/true"] {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..runs {
+            a.push(ours.round_trip(&format!("a{cmd}{i}"), cmd));
+            b.push(theirs.round_trip(&format!("b{cmd}{i}"), cmd));
+        }
+        let (a, b) = (median(a), median(b));
+        row(
+            &format!("`{cmd}`"),
+            format!("{:.3} ms", a.as_secs_f64() * 1e3),
+            format!("{:.3} ms", b.as_secs_f64() * 1e3),
+            a.as_secs_f64() / b.as_secs_f64(),
+            "within 5 % (1.05×)",
         );
     }
 }
