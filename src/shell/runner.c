@@ -17,9 +17,10 @@
  * A frame on stdin (the backend writes one only after the previous call's status):
  * `<payload length>\n` then `token\0cwd\0output fifo\0flags\0text`. Flags: `s` the text may go
  * to the spawn path (`agent_bash_try_spawn`, spawn.c). Per call: stdin /dev/null, stdout and
- * stderr the output FIFO, `cd -- cwd` (OLDPWD kept as the previous PWD), the text, then
- * descriptors 0-2 back to /dev/null and `token status` written to the status FIFO (opened by
- * name after the call, as before). A call that ends the script (`exit`, `set -e`, `set -u`)
+ * stderr the output FIFO (and the descriptors above 2 an earlier call left on its output),
+ * `cd -- cwd` (OLDPWD left as it was), the text, then descriptors 0-2 (and those above 2 on
+ * the output) back to /dev/null and `token status` written to the status FIFO (opened by name
+ * after the call, as before). A call that ends the script (`exit`, `set -e`, `set -u`)
  * ends the shell as `bash -c` would (its EXIT trap writing into the call's output), and the
  * backend sees the shell's stdout close.
  *
@@ -31,12 +32,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,9 +74,13 @@ typedef struct shell_var {
 
 extern int parse_and_execute(char *, const char *, int);
 extern void *xmalloc(size_t);
+extern void xfree(void *);
 extern void exit_shell(int) __attribute__((noreturn));
 extern int cd_builtin(WORD_LIST *);
 extern SHELL_VAR *bind_variable(const char *, char *, int);
+extern SHELL_VAR *find_variable(const char *);
+extern int unbind_variable(const char *);
+extern int array_needs_making, shell_initialized;
 extern char *get_string_value(const char *);
 extern void set_pipestatus_from_exit(int);
 extern void unlink_fifo_list(void);
@@ -160,37 +167,81 @@ static int next_frame(size_t *len) {
   return 0;
 }
 
+/* The bash that loaded us, as major * 100 + minor (`5.2` is 502). */
+static int version(void) {
+  const char *dot;
+  if (!dist_version)
+    return 500;
+  dot = strchr(dist_version, '.');
+  return atoi(dist_version) * 100 + (dot ? atoi(dot + 1) : 0);
+}
+
 /* bash -c's flags for its string: 5.0 and later reset the line number; 3.2 and 4.x start
  * from the current one, which is 0 in `bash -c` (so `echo $LINENO` prints 0 there). */
 static int c_flags(void) {
-  int major = dist_version ? atoi(dist_version) : 5;
-  return major >= 5 ? SEVAL_NOHIST | SEVAL_RESETLINE : SEVAL_NOHIST;
+  return version() >= 500 ? SEVAL_NOHIST | SEVAL_RESETLINE : SEVAL_NOHIST;
 }
 
-/* Enters `cwd` as `builtin cd -- cwd` does, keeping OLDPWD the previous PWD. 0 on success. */
+/* OLDPWD as it was: whether it existed, its value (NULL: none, as the invisible OLDPWD bash
+ * 4.4+ makes at start-up when the environment has no directory for it) and attributes. */
+struct saved_var {
+  int existed;
+  char *value;
+  int attributes;
+};
+
+static struct saved_var save_var(const char *name) {
+  struct saved_var s = {0, NULL, 0};
+  SHELL_VAR *v = find_variable(name);
+  if (v) {
+    s.existed = 1;
+    s.value = v->value ? strdup(v->value) : NULL;
+    s.attributes = v->attributes;
+  }
+  return s;
+}
+
+static void restore_var(const char *name, struct saved_var *s) {
+  SHELL_VAR *v;
+  if (!s->existed) {
+    unbind_variable(name);
+    return;
+  }
+  v = bind_variable(name, s->value ? s->value : "", 0);
+  if (v) {
+    if (!s->value) {
+      xfree(v->value);
+      v->value = NULL;
+    }
+    v->attributes = s->attributes;
+    array_needs_making = 1;
+  }
+  free(s->value);
+  s->value = NULL;
+}
+
+/* Enters `cwd` as `builtin cd -- cwd` does, but leaves OLDPWD as it was: in the script a
+ * session models (contract §5) only the user's own `cd` moves OLDPWD; entering the call's cwd
+ * is the one listed difference, and it changes the directory and PWD only. 0 on success. */
 static int enter(char *cwd) {
   char dashes[] = "--";
   WORD_DESC w1 = {dashes, 0}, w2 = {cwd, 0};
   WORD_LIST l2 = {NULL, &w2}, l1 = {&l2, &w1};
   char *pwd = get_string_value("PWD");
-  char *old = pwd ? strdup(pwd) : NULL;
   char *saved_name = this_command_name;
+  struct saved_var oldpwd;
   int st;
-  if (old && strcmp(old, cwd) == 0) {
-    /* Already there: bash's `cd` would only set OLDPWD to PWD; checking the directory still
-     * exists is all that matters. */
-    if (access(".", X_OK) == 0) {
-      free(old);
-      return 0;
-    }
-  }
+  /* Already there: only checking that the directory still exists matters. */
+  if (pwd && strcmp(pwd, cwd) == 0 && access(".", X_OK) == 0)
+    return 0;
+  oldpwd = save_var("OLDPWD");
   this_command_name = "cd";
   line_number = 1;
   st = cd_builtin(&l1);
   this_command_name = saved_name;
-  if (st == 0 && old)
-    bind_variable("OLDPWD", old, 0);
-  free(old);
+  if (st == 0)
+    restore_var("OLDPWD", &oldpwd);
+  free(oldpwd.value);
   return st;
 }
 
@@ -207,23 +258,66 @@ static void report(const char *token, int status) {
   close(fd);
 }
 
-/* The output FIFO on 1 and 2, /dev/null on 0. */
+/* The call's output FIFO (device and inode), and the descriptors above 2 that an earlier call
+ * pointed at its output (`exec 3>&1`): in a script they point at the script's output, so here
+ * they point at each call's output in turn, and at /dev/null between calls (so that no
+ * finished call's output stays open). */
+static dev_t out_dev;
+static ino_t out_ino;
+#define MAX_FOLLOW 64
+static int follow[MAX_FOLLOW];
+static int n_follow;
+
+/* The output FIFO on 1 and 2 and on the descriptors that follow the output, /dev/null on 0. */
 static int redirect(const char *fifo) {
   int fd;
+  struct stat st;
   while ((fd = open(fifo, O_WRONLY | O_CLOEXEC)) < 0 && errno == EINTR)
     ;
   if (fd < 0)
     return -1;
+  if (fstat(fd, &st) == 0) {
+    out_dev = st.st_dev;
+    out_ino = st.st_ino;
+  }
   dup2(null_fd, 0);
   dup2(fd, 1);
   dup2(fd, 2);
+  for (int i = 0; i < n_follow; i++)
+    dup2(fd, follow[i]);
   close(fd);
   return 0;
+}
+
+/* Finds the descriptors above 2 that hold the call's output (the ones this shell keeps: what
+ * a call started has its own copies), remembers them, and points them at /dev/null. */
+static void release_output(void) {
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  struct stat st;
+  n_follow = 0;
+  if (!out_ino || !d) {
+    if (d)
+      closedir(d);
+    return;
+  }
+  while ((e = readdir(d)) != NULL) {
+    int fd = atoi(e->d_name);
+    if (fd <= 2 || fd == dirfd(d) || fd == proto_fd || fd == out_fd || fd == null_fd)
+      continue;
+    if (fstat(fd, &st) != 0 || st.st_dev != out_dev || st.st_ino != out_ino)
+      continue;
+    if (n_follow < MAX_FOLLOW)
+      follow[n_follow++] = fd;
+    dup2(null_fd, fd);
+  }
+  closedir(d);
 }
 
 static void unredirect(void) {
   fflush(stdout);
   fflush(stderr);
+  release_output();
   dup2(null_fd, 0);
   dup2(null_fd, 1);
   dup2(null_fd, 2);
@@ -413,8 +507,13 @@ static int run_builtin(WORD_LIST *list) {
   v = bind_variable("_", under, 0);
   if (v)
     v->attributes &= ~ATT_EXPORTED;
+  /* No PIPESTATUS yet, as `bash -c` has none until its first command ends (the start-up
+   * script's commands made one). */
   last_command_exit_value = 0;
-  set_pipestatus_from_exit(0);
+  unbind_variable("PIPESTATUS");
+  /* bash -c runs its string before bash counts itself initialized, 5.3 after: a function then
+   * names its source `environment` (3.2 to 5.2) or `$0` (5.3) in BASH_SOURCE, not `main`. */
+  shell_initialized = version() >= 503;
   while (next_frame(&len) == 0)
     run_call(frame, len);
   exit_shell(last_command_exit_value);

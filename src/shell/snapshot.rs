@@ -418,6 +418,13 @@ fn option_line(line: &str, kind: ShellKind, report: &mut Report, options: &mut S
     if !known {
         return;
     }
+    // `shopt -u compat32` is how bash lists an option that is off by default, but setting it
+    // makes bash 5 define BASH_COMPAT, which `bash -c` has not (contract §5: nothing shows
+    // that a script would not have): a compatibility option the rc did not turn on is left
+    // alone.
+    if kind == ShellKind::Bash && line.starts_with("shopt -u compat") {
+        return;
+    }
     let plain = name.to_ascii_lowercase().replace('_', "");
     let dropped = DROP_OPTIONS.contains(&name)
         || (kind == ShellKind::Zsh
@@ -757,7 +764,7 @@ mod tests {
 
     #[test]
     fn filter_orders_and_drops() {
-        let raw = "shopt -s extglob\nshopt -u histappend\nset -o errexit\nset +o monitor\nset -o pipefail\n\
+        let raw = "shopt -s extglob\nshopt -u compat31\nshopt -u histappend\nset -o errexit\nset +o monitor\nset -o pipefail\n\
 #B cd\n#B echo\n#B [[\n\
 #F _comp\n_comp () \n{ \n  :\n}\n#F greet\ngreet () \n{ \n  echo hi\n}\n#F ls\nls () \n{ \n  command ls -G\n}\n\
 #F cd\ncd () \n{ \n  __z \"$@\"\n}\n#F __z\n__z () \n{ \n  _zh; \\builtin cd \"$@\"\n}\n#F _zh\n_zh () \n{ \n  :\n}\n\

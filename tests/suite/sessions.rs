@@ -12,7 +12,7 @@
 //! expected status the script's. So nothing runs between two calls in the oracle either: no
 //! marker command that would move `$?`, `$_`, PIPESTATUS, fire a DEBUG trap or be traced.
 //!
-//! The [`EPILOGUE`] line, after the last call of each script, does what a session does not: it
+//! The [`epilogue`] line (EPILOGUE above), after the last call of each script, does what a session does not: it
 //! drops the EXIT trap (a session's shell lives on after a call; its EXIT trap belongs to the
 //! call that ends it) and keeps the script's status, with its own trace, DEBUG trap output and
 //! errors sent to /dev/null; it also leaves a file saying the script reached it. When it did
@@ -20,11 +20,13 @@
 //! too, and the next call is the first line of a new script, on a fresh shell
 //! (`shell_restarted`).
 //!
-//! Line numbers: each call numbers its lines as its own `bash -c` does (contract §5:
-//! `bash: -c: line 1:`, and bash 3.2/4.4's `-c` starts at line 0), so a line number in the
-//! script's messages for call k is taken relative to the script line call k starts on. On bash
-//! 3.2/4.4 a message on a later call's first line is not comparable (bash then omits `line 0:`
-//! in some messages and prints it in others): those few comparisons are skipped and counted.
+//! Line numbers: each call numbers its own lines as its own `bash -c` does (contract §5:
+//! `bash: -c: line 1:`; bash 3.2/4.4's `-c` starts at line 0), and a function keeps the
+//! numbers of the call that defined it; the script numbers on from call to call. So every line
+//! number bash prints (in a message, or where a case prints `LINENO N`) is taken to the call
+//! whose lines hold it and counted from that call's first line ([`call_lines`]). One thing a
+//! script cannot show: on bash 3.2/4.4 a message on a later call's line 0 (bash words it with
+//! `line 0:` or without, by message); those comparisons are skipped and counted.
 //!
 //! Input that ends inside a construct (an unterminated quote, heredoc or `if`) would swallow the
 //! next line of a script: [`ALONE`] cases are compared one-shot with a plain `bash -c`.
@@ -44,9 +46,15 @@ use proptest::test_runner::TestRunner;
 
 use super::differential::{bench_in, run, sanitized, Bench};
 
-/// Ends every oracle script (see the module docs). `\builtin` so that a user's alias or
-/// function named `trap` or `exit` changes nothing.
-const EPILOGUE: &str = "{ __ab_s=$?; \\builtin trap - EXIT; \\builtin : >\"$AB_ALIVE\"; \\builtin exit $__ab_s; } >/dev/null 2>&1";
+/// Ends every oracle script (see the module docs), leaving the file `alive`. `\builtin` so
+/// that a user's alias or function named `trap` or `exit` changes nothing; the file's path is
+/// in the text, not in a variable that `compgen -v` would show.
+fn epilogue(alive: &std::path::Path) -> String {
+    format!(
+        "{{ __ab_s=$?; \\builtin trap - EXIT; \\builtin : >'{}'; \\builtin exit $__ab_s; }} >/dev/null 2>&1",
+        alive.display()
+    )
+}
 
 /// Each listed group, `const NAME: &[&[&str]]` of sequences, runs as `<name>` in every bash of
 /// the matrix (`sessions::bash::<name>`, `bash_3_2`, `bash_4_4`, `bash_5_3`).
@@ -81,17 +89,16 @@ groups! {
     sessions_exit_trap_output_belongs_to_the_call_that_ended_the_shell => Cases::Script(GROUP_3);
     #[ignore = "issue 29 group 4: the runner traces at the script's depth (+ cmd, nothing of ours); left: a stripped `| tail` stage (contract §1) runs untraced"]
     sessions_xtrace_shows_the_user_s_commands_only => Cases::Script(GROUP_4);
-    #[ignore = "issue 29 group 5: the runner shows no `$-` flag, frame or variable of ours; left: `compgen -v` lists PIPESTATUS/OLDPWD (set by the per-call cwd) and BASH_COMPAT where the one-script oracle does not"]
     sessions_the_wrapper_is_invisible => Cases::Script(GROUP_5);
     sessions_input_ending_inside_a_construct_fails_as_bash_c_does => Cases::Alone(ALONE);
     sessions_status_pipestatus_and_underscore_carry_over => Cases::Script(GROUP_6);
     sessions_a_call_that_ends_the_script_ends_the_session => Cases::Script(GROUP_7);
-    #[ignore = "issue 29 group 10: the runner numbers each call's lines as bash -c does (line 1); the one-script oracle numbers on across calls"]
     sessions_line_numbers_are_bash_c_s => Cases::Script(GROUP_10);
     sessions_aliases_apply_from_the_next_line => Cases::Script(GROUP_11);
     sessions_no_descriptor_of_ours => Cases::Script(GROUP_12);
+    sessions_a_descriptor_left_on_the_output_follows_it => Cases::Script(DESCRIPTORS);
     sessions_corpus_cases_numbered_as_bash_c_numbers_them => Cases::Alone(OLD_BASH_LINE_NUMBERS);
-    #[ignore = "issue 29 groups 1-7, 10, 11: 4 generated sequences still differ (an empty `$_`/PIPESTATUS line after some calls)"]
+    #[ignore = "issue 29: one generated sequence still differs: PIPESTATUS after a stripped `| tail` (contract §1 runs the pipeline left in a subshell)"]
     sessions_generated_sequences_over_script_state => Cases::Generated(Grammar::Full);
 }
 
@@ -140,6 +147,12 @@ const STATE: &[&[&str]] = &[
     &["hash -r", "type -t ls", "command -v sh >/dev/null && echo found"],
     &["ulimit -n 512", "ulimit -n"],
     &["echo $((2**10))", "echo ${UNSET_XYZ:-fallback}"],
+    // A lone command killed by a signal: reported as a script reports it (bash -c would exec
+    // it and say nothing).
+    &["sh -c 'kill -KILL $$'", "echo next"],
+    // The cwd is set per call, and only the cwd (contract §5): OLDPWD is the script's.
+    &["cd /tmp", "cd - >/dev/null; pwd"],
+    &["echo ${OLDPWD:-none}", "cd /", "echo $OLDPWD"],
 ];
 
 /// Group 8: counts after a stripped head are counts of what bash printed (contract §1).
@@ -282,7 +295,11 @@ const GROUP_10: &[&[&str]] = &[
     &["echo $((1/0))"],
     &["printf '%d\\n' abc"],
     &["f() { echo $LINENO; }\nf"],
-    &["echo one", "echo $LINENO"],
+    &["echo one", "echo LINENO $LINENO"],
+    &["echo one\necho two", "echo LINENO $LINENO\necho LINENO $LINENO"],
+    &["f() {\necho LINENO $LINENO\n}", "echo two", "f"],
+    &["true", "true\nnonexistent-command-xyz", "echo x\ncd /nonexistent-dir-xyz"],
+    &["x=1", "echo x\necho ${x:?}\necho $((1/0))"],
 ];
 
 /// Group 11: an alias applies from the next line of the same call.
@@ -298,6 +315,18 @@ const GROUP_12: &[&[&str]] = &[
     &["ls /proc/self/fd"],
     &["exec 5>/dev/null", "ls /proc/self/fd"],
     &["(ls /proc/self/fd)", "ls /proc/self/fd | cat"],
+];
+
+/// A descriptor above 2 that a call pointed at its output (`exec 3>&1`) is the script's output
+/// in every later line of a script: here, each later call's output (contract §5).
+const DESCRIPTORS: &[&[&str]] = &[
+    &["exec 3>&1", "echo x >&3", "echo y >&3; echo z"],
+    &["exec 3>&1; echo a >&3", "echo b >&3; exec 3>&-", "echo c >&3"],
+    &["exec 4>&2", "echo e >&4", "ls /proc/self/fd"],
+    &["exec {v}>&1", "echo z >&$v"],
+    &["exec 3>&1 1>&2 2>&3", "echo s >&3", "echo t"],
+    &["exec 5>/dev/null", "echo hidden >&5; echo shown"],
+    &["exec 6>&1", "sh -c 'echo child >&6'", "(echo sub >&6) | cat"],
 ];
 
 /// Features an old bash lacks: a case using one (its text contains the first string) is skipped
@@ -387,20 +416,25 @@ struct Want {
 }
 
 /// Runs `script` as the oracle does: `<shell> -O expand_aliases -c SCRIPT` named `bash`, the
-/// session's environment, the bench's directory, stdin /dev/null, one pipe for both streams.
-/// Returns the raw output, the status, and whether the [`EPILOGUE`] ran.
-fn script_run(b: &Bench, script: &str) -> (Vec<u8>, i32, bool) {
+/// session's environment (with the owner mark the runtime adds, contract §5), the bench's
+/// directory, stdin /dev/null, one pipe for both streams; with `end`, the [`epilogue`] follows
+/// the script. Returns the raw output, the status, and whether the epilogue ran.
+fn script_run(b: &Bench, script: &str, end: bool) -> (Vec<u8>, i32, bool) {
     use std::io::Read;
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let alive = b.work.path().join(format!(".alive-{}", RUNS.fetch_add(1, Ordering::Relaxed)));
+    let script = match end {
+        true => format!("{script}\n{}", epilogue(&alive)),
+        false => script.to_owned(),
+    };
     let (mut reader, writer) = std::io::pipe().unwrap();
     let mut cmd = std::process::Command::new(b.shell);
     cmd.arg0("bash")
-        .args(["-O", "expand_aliases", "-c", script])
+        .args(["-O", "expand_aliases", "-c", &script])
         .env_clear()
         .envs(b.env.iter().map(|(k, v)| (k, v)))
-        .env("AB_ALIVE", &alive)
+        .env("AGENT_BASH_OWNER", b.rt.owner())
         .current_dir(b.work.path())
         .stdin(std::process::Stdio::null())
         .stdout(writer.try_clone().unwrap())
@@ -416,34 +450,68 @@ fn script_run(b: &Bench, script: &str) -> (Vec<u8>, i32, bool) {
     (raw, code, reached)
 }
 
-/// The lines `call` takes in a script, with the epilogue's.
+/// The lines `call` takes in a script.
 fn script_lines(call: &str) -> usize {
-    call.matches('\n').count() + 2
+    call.matches('\n').count() + 1
 }
 
-/// Line numbers in bash's messages (`bash: line N:`, `bash: -c: line N:`, `here-document at
-/// line N`) made relative to the script line the call starts on (`start`, 0-based). `None`
-/// when a message then names the call's line 0, which bash 3.2/4.4 word in two ways (see the
-/// module docs).
-fn relative_lines(text: &str, start: usize) -> Option<String> {
-    if start == 0 {
-        return Some(text.to_owned());
+/// Where the calls of one oracle script lie: the script line each starts on, in bash's
+/// numbering of a `-c` script (from 1 on bash 5, from 0 on 3.2/4.4, as in a single call), and
+/// how many lines it takes.
+struct Lines {
+    first: usize,
+    calls: Vec<(usize, usize)>,
+}
+
+impl Lines {
+    fn new(old: bool) -> Lines {
+        Lines { first: if old { 0 } else { 1 }, calls: Vec::new() }
     }
+
+    fn push(&mut self, call: &str) {
+        let start = self.calls.last().map_or(self.first, |&(s, n)| s + n);
+        self.calls.push((start, script_lines(call)));
+    }
+
+    /// Script line `n` as the call it lies in numbers it (contract §5: each call counts its
+    /// own lines, as its `bash -c` would), and whether that call is a later one whose first
+    /// line it is on bash 3.2/4.4 (line 0, see [`call_lines`]).
+    fn of(&self, n: usize) -> (usize, bool) {
+        match self.calls.iter().position(|&(s, len)| s <= n && n < s + len) {
+            Some(j) => {
+                let rel = n - self.calls[j].0 + self.first;
+                (rel, j > 0 && rel == 0)
+            }
+            None => (n, false),
+        }
+    }
+}
+
+/// Line numbers in bash's output, as the calls number them: in messages (`bash: line N:`,
+/// `bash: -c: line N:`, `here-document at line N`) and where a case prints `LINENO N`. Each
+/// number is taken to the call whose lines hold it: a function keeps the numbers of the call
+/// that defined it, as in the session. `None` when a message names a later call's line 0 on
+/// bash 3.2/4.4, which their `-c` words in two ways (with `line 0:` or without, by message) and
+/// a script can never show: that comparison cannot be made.
+fn call_lines(text: &str, lines: &Lines) -> Option<String> {
     let mut out = String::new();
     let mut rest = text;
-    while let Some(at) = rest.find("line ") {
-        let (head, tail) = rest.split_at(at + 5);
+    while let Some(at) =
+        ["line ", "LINENO "].iter().filter_map(|m| rest.find(m).map(|i| (i, m.len()))).min()
+    {
+        let (head, tail) = rest.split_at(at.0 + at.1);
         out.push_str(head);
         let digits = tail.len() - tail.trim_start_matches(|c: char| c.is_ascii_digit()).len();
         let after = &tail[digits..];
-        let numbered = digits > 0 && (after.starts_with(':') || after.starts_with(' '));
-        if numbered && (head.ends_with(": line ") || head.ends_with("at line ")) {
-            let n: usize = tail[..digits].parse().unwrap();
-            let rel = n.checked_sub(start)?;
-            if rel == 0 {
+        let message = head.ends_with(": line ") || head.ends_with("at line ");
+        let value = head.ends_with("LINENO ");
+        let ends = after.is_empty() || after.starts_with([':', ' ', '\n']);
+        if digits > 0 && ends && (message || value) {
+            let (n, ambiguous) = lines.of(tail[..digits].parse().unwrap());
+            if ambiguous && message {
                 return None;
             }
-            out.push_str(&rel.to_string());
+            out.push_str(&n.to_string());
         } else {
             out.push_str(&tail[..digits]);
         }
@@ -481,12 +549,9 @@ fn expect(b: &Bench, calls: &[String]) -> Vec<Option<Want>> {
     let mut wants = Vec::new();
     let mut start = 0; // the call the current script began with
     let mut prev = String::new();
-    let mut line = 0; // the script line (0-based) the next call starts on
     for k in 0..calls.len() {
-        let mut script = calls[start..=k].join("\n");
-        script.push('\n');
-        script.push_str(EPILOGUE);
-        let (out, code, alive) = script_run(b, &script);
+        let script = calls[start..=k].join("\n");
+        let (out, code, alive) = script_run(b, &script, true);
         // Compared as text without process ids (bash's job messages carry them).
         let out = without_pids(&sanitized(&out));
         assert!(
@@ -494,17 +559,15 @@ fn expect(b: &Bench, calls: &[String]) -> Vec<Option<Want>> {
             "the oracle is not deterministic for {:?}: {prev:?} then {out:?}",
             &calls[start..=k],
         );
-        // Messages number the call's own lines, from where it starts in the script (on bash 5
-        // the script's line `line + 1` is the call's line 1; on 3.2/4.4 `line` is its line 0).
-        let text = relative_lines(&out[prev.len()..], line);
+        let mut lines = Lines::new(is_old(b.shell));
+        calls[start..=k].iter().for_each(|c| lines.push(c));
+        let text = call_lines(&out[prev.len()..], &lines);
         wants.push(text.map(|text| Want { text, code, restarted: k > 0 && start == k }));
         if alive {
             prev = out;
-            line += script_lines(&calls[k]) - 1;
         } else {
             start = k + 1;
             prev.clear();
-            line = 0;
         }
     }
     wants
@@ -583,7 +646,7 @@ fn is_old(shell: &str) -> bool {
 fn lacks(b: &Bench, calls: &[String]) -> Option<&'static str> {
     FEATURES.iter().find_map(|&(needle, probe, what)| {
         let uses = calls.iter().any(|c| c.contains(needle));
-        (uses && script_run(b, probe).1 != 0).then_some(what)
+        (uses && script_run(b, probe, false).1 != 0).then_some(what)
     })
 }
 
@@ -613,7 +676,7 @@ pub(crate) async fn check(shell: &'static str, cases: Cases) {
         }
         Cases::Alone(calls) => {
             for call in calls {
-                let (out, code, _) = script_run(&b, call);
+                let (out, code, _) = script_run(&b, call, false);
                 let want = Want { text: without_pids(&sanitized(&out)), code, restarted: false };
                 let key = format!("alone-{}", KEYS.fetch_add(1, Ordering::Relaxed));
                 let r = run(&b, call, &key, false).await;
@@ -696,14 +759,24 @@ pub(crate) fn pending_in_one_session(shell: &str, command: &str) -> Option<&'sta
 }
 
 #[test]
-fn sessions_relative_lines_and_pids() {
+fn sessions_call_lines_and_pids() {
+    // Bash 5: calls of 1, 2 and 1 lines on script lines 1, 2-3, 4.
+    let mut lines = Lines::new(false);
+    ["a", "b\nc", "d"].iter().for_each(|c| lines.push(c));
     assert_eq!(
-        relative_lines("bash: line 7: x: command not found\n", 5).unwrap(),
+        call_lines("bash: line 3: x: command not found\n", &lines).unwrap(),
         "bash: line 2: x: command not found\n"
     );
-    assert_eq!(relative_lines("bash: -c: line 9: `fi'\n", 8).unwrap(), "bash: -c: line 1: `fi'\n");
-    assert_eq!(relative_lines("bash: line 5: x\n", 5), None);
-    assert_eq!(relative_lines("the line 5 stays\n", 2).unwrap(), "the line 5 stays\n");
+    assert_eq!(call_lines("bash: -c: line 4: `fi'\n", &lines).unwrap(), "bash: -c: line 1: `fi'\n");
+    assert_eq!(call_lines("LINENO 1\nLINENO 4\n", &lines).unwrap(), "LINENO 1\nLINENO 1\n");
+    assert_eq!(call_lines("the line 3 stays\n", &lines).unwrap(), "the line 3 stays\n");
+    // Bash 3.2/4.4: the same calls on script lines 0, 1-2, 3.
+    let mut old = Lines::new(true);
+    ["a", "b\nc", "d"].iter().for_each(|c| old.push(c));
+    assert_eq!(call_lines("bash: line 2: x\n", &old).unwrap(), "bash: line 1: x\n");
+    assert_eq!(call_lines("bash: line 0: x\n", &old).unwrap(), "bash: line 0: x\n");
+    assert_eq!(call_lines("bash: line 3: x\n", &old), None);
+    assert_eq!(call_lines("LINENO 3\n", &old).unwrap(), "LINENO 0\n");
     assert_eq!(
         without_pids("bash: line 1:  7031 Terminated              sleep 5\n143\n"),
         "bash: line 1: PID Terminated              sleep 5\n143\n"
