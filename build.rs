@@ -2,10 +2,10 @@
 //! into `$OUT_DIR/spawn.so`, which the
 //! binary embeds (`src/shell/local.rs`, `SPAWN_SO`). Without a C compiler, or off Linux, the
 //! file is empty and sessions fork for external commands as bash does.
-#![allow(clippy::disallowed_methods)] // a build script: blocking file calls are the point
 
 use std::path::PathBuf;
 
+#[allow(clippy::disallowed_methods)] // a build script: blocking file calls are the point
 fn main() {
     let srcs = ["src/shell/runner.c", "src/shell/spawn.c"];
     let src = srcs.join(" ");
