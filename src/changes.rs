@@ -22,6 +22,8 @@ pub mod error;
 pub mod store;
 // The same: only called under `spawn_blocking`.
 pub mod watch;
+// The shared receipt engine (a process of its own) and backends' connections to it.
+pub mod engine;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -42,16 +44,18 @@ pub const MAX_REPORTED: usize = 200;
 pub const NOTE_NAMES: usize = 20;
 /// Runs with changes kept for undo and diff (the oldest are forgotten first).
 pub const KEEP_RECORDS: usize = 1000;
+/// `changes.max_files` by default: large monorepos keep their receipts.
+pub const DEFAULT_MAX_FILES: u64 = 500_000;
 /// The longest a first snapshot may go on in the background.
 pub const FIRST_SNAPSHOT_MAX: Duration = Duration::from_secs(30);
 
 /// `[changes]` settings.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChangesSettings {
     /// Change receipts (and so undo) for tool calls and bang commands. Default true.
     pub enabled: bool,
-    /// A project with more non-ignored files gets no receipts. Default 100 000.
+    /// A project with more non-ignored files gets no receipts. Default [`DEFAULT_MAX_FILES`].
     pub max_files: u64,
     /// A project whose non-ignored files hold more bytes gets no receipts. Default 2 GiB.
     pub max_bytes: u64,
@@ -68,7 +72,7 @@ impl Default for ChangesSettings {
     fn default() -> Self {
         ChangesSettings {
             enabled: true,
-            max_files: 100_000,
+            max_files: DEFAULT_MAX_FILES,
             max_bytes: 2 << 30,
             max_snapshot_ms: 200,
             git: None,
@@ -135,11 +139,19 @@ fn is_file(mode: u32) -> bool {
 pub struct Change {
     pub path: String,
     pub kind: Kind,
+    /// It changed while another run in the project went on too: either may have changed it
+    /// (absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overlap: bool,
 }
 
 impl Change {
     fn of(d: &Delta) -> Change {
-        Change { path: String::from_utf8_lossy(&d.path).into_owned(), kind: Kind::of(d) }
+        Change {
+            path: String::from_utf8_lossy(&d.path).into_owned(),
+            kind: Kind::of(d),
+            overlap: d.overlap,
+        }
     }
 }
 
@@ -182,7 +194,23 @@ pub struct Record {
     pub root: PathBuf,
     /// Every changed path (not only the reported ones), with its state before and after.
     pub deltas: Vec<Delta>,
-    project: Arc<Project>,
+    source: Source,
+}
+
+/// Who took a record's snapshots: this backend, or the project's shared engine.
+#[derive(Debug, Clone)]
+enum Source {
+    Local(Arc<Project>),
+    Shared(Arc<engine::Link>, Git),
+}
+
+impl Source {
+    fn git(&self) -> &Git {
+        match self {
+            Source::Local(p) => &p.git,
+            Source::Shared(_, git) => git,
+        }
+    }
 }
 
 impl Record {
@@ -201,6 +229,12 @@ pub enum Begin {
         project: Arc<Project>,
         before: Arc<Tree>,
     },
+    /// The project's shared engine holds the run (`run`, its id there).
+    Shared {
+        link: Arc<engine::Link>,
+        run: u64,
+        git: Git,
+    },
 }
 
 /// Why an undo did not happen.
@@ -214,6 +248,12 @@ pub enum UndoError {
         id: u64,
         paths: Vec<String>,
         links: Vec<String>,
+    },
+    /// The run overlapped another run in the project, and these files changed while both went
+    /// on: either may have changed them, so undo cannot tell whose change it would take back.
+    Ambiguous {
+        id: u64,
+        paths: Vec<String>,
     },
     Failed(String),
 }
@@ -240,6 +280,13 @@ impl std::fmt::Display for UndoError {
                 f,
                 "Not undone: {} changed since run {id}: {}",
                 if paths.len() == 1 { "this file" } else { "these files" },
+                paths.join(", ")
+            ),
+            UndoError::Ambiguous { id, paths } => write!(
+                f,
+                "Not undone: run {id} overlapped another run in this project, and {} changed while both ran, so either may have changed {}: {}",
+                if paths.len() == 1 { "this file" } else { "these files" },
+                if paths.len() == 1 { "it" } else { "them" },
                 paths.join(", ")
             ),
         }
@@ -385,7 +432,9 @@ impl Tracker {
 /// The per-project lock, held across a snapshot (or an undo's two snapshots and restore).
 struct Held {
     guard: OwnedMutexGuard<State>,
-    _flock: std::fs::File,
+    /// Inherited by the snapshot's `git add`: a process killed mid-snapshot leaves it held
+    /// until that git ends (see [`add_all`]).
+    flock: std::fs::File,
 }
 
 /// Change receipts of one runtime: projects, and the runs that changed something.
@@ -393,14 +442,18 @@ struct Held {
 pub struct Receipts {
     settings: ChangesSettings,
     /// Our own directories (state root, session directory): never part of a project's files,
-    /// and no receipts for a working directory inside them.
-    own_dirs: Vec<PathBuf>,
+    /// and no receipts for a working directory inside them. An engine adds its clients'.
+    own_dirs: Mutex<Vec<PathBuf>>,
     base: PathBuf,
     projects: Mutex<HashMap<PathBuf, Arc<Project>>>,
     records: Mutex<BTreeMap<u64, Arc<Record>>>,
     next_id: AtomicU64,
     /// The inotify watches and instances the projects' watches may take.
     budget: Arc<watch::Budget>,
+    /// Where the projects' shared engines live (`None`: every snapshot is this backend's own).
+    engines: Option<engine::Spot>,
+    /// Each project's connection to its engine; `None`: it takes the private path.
+    links: tokio::sync::Mutex<HashMap<PathBuf, Option<Arc<engine::Link>>>>,
 }
 
 impl Receipts {
@@ -414,14 +467,43 @@ impl Receipts {
     ) -> Receipts {
         let mut own = own_dirs(state_root.clone(), session_dir);
         own.push(runtime_dir);
+        let mut r = Receipts::bare(settings, state_root);
+        r.own_dirs = Mutex::new(own);
+        r
+    }
+
+    /// Receipts with no own directories yet (an engine learns them from its clients).
+    pub fn bare(settings: ChangesSettings, state_root: PathBuf) -> Receipts {
         Receipts {
             base: state_root.join("changes"),
-            own_dirs: own,
+            own_dirs: Mutex::default(),
             settings,
             projects: Mutex::new(HashMap::new()),
             records: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
             budget: watch::Budget::of_system(),
+            engines: None,
+            links: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// Projects' snapshots go to their shared engines, found in `spot` (contract §13).
+    pub fn with_engines(mut self, spot: Option<engine::Spot>) -> Receipts {
+        self.engines = spot;
+        self
+    }
+
+    fn own(&self) -> Vec<PathBuf> {
+        self.own_dirs.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// More directories of ours (an engine's new client's), when not known yet.
+    fn add_own_dirs(&self, dirs: Vec<PathBuf>) {
+        let mut own = self.own_dirs.lock().unwrap_or_else(|e| e.into_inner());
+        for d in dirs {
+            if !own.contains(&d) {
+                own.push(d);
+            }
         }
     }
 
@@ -463,9 +545,36 @@ impl Receipts {
         if !self.settings.enabled {
             return Begin::Off;
         }
+        let (root, is_git) = match self.root_of(cwd).await {
+            Ok(found) => found,
+            Err(reason) => return Begin::Unavailable(reason.into()),
+        };
+        if let Some(link) = self.link(&root, is_git).await {
+            return match link.ask(engine::Ask::Begin { paths: Vec::new() }).await {
+                Ok(engine::Reply::Begun { run, .. }) => {
+                    let git = Git { bin: self.bin(), shadow: link.shadow.clone(), root };
+                    Begin::Shared { link, run, git }
+                }
+                Ok(engine::Reply::Failed { reason }) => Begin::Unavailable(reason),
+                Ok(other) => Begin::Unavailable(format!("the receipt engine answered {other:?}")),
+                Err(e) => Begin::Unavailable(e.to_string()),
+            };
+        }
+        let project = self.project(&root, is_git);
+        match self.snapshot(&project, true).await {
+            Ok((held, before)) => {
+                drop(held);
+                Begin::Taken { project, before }
+            }
+            Err(reason) => Begin::Unavailable(reason.to_string()),
+        }
+    }
+
+    /// The project root of `cwd` and whether it is a git work tree, or why it gets no receipt.
+    async fn root_of(&self, cwd: &Path) -> Result<(PathBuf, bool), &'static str> {
         let cwd = cwd.to_path_buf();
-        let own = self.own_dirs.clone();
-        let found = tokio::task::spawn_blocking(move || {
+        let own = self.own();
+        tokio::task::spawn_blocking(move || {
             let cwd = cwd.canonicalize().unwrap_or(cwd);
             let root = crate::project::root(&cwd)
                 .ok_or("the working directory is inside a .git directory")?;
@@ -484,18 +593,43 @@ impl Receipts {
             Ok(root)
         })
         .await
-        .unwrap_or(Err("the project root could not be found"));
-        let (root, is_git) = match found {
-            Ok(found) => found,
-            Err(reason) => return Begin::Unavailable(reason.into()),
-        };
-        let project = self.project(&root, is_git);
-        match self.snapshot(&project, true).await {
-            Ok((held, before)) => {
-                drop(held);
-                Begin::Taken { project, before }
+        .unwrap_or(Err("the project root could not be found"))
+    }
+
+    /// The connection to the project's shared engine: the one this backend holds, else a new
+    /// one (starting the engine when none runs). `None`: the private path, for good (logged).
+    async fn link(&self, root: &Path, is_git: bool) -> Option<Arc<engine::Link>> {
+        let spot = self.engines.as_ref()?;
+        let mut links = self.links.lock().await;
+        match links.get(root) {
+            Some(None) => return None,
+            Some(Some(link)) if link.alive() => return Some(link.clone()),
+            _ => {}
+        }
+        let opened = match spot.paths(root, &self.settings) {
+            None => Err(ChangesError::Engine("no socket path for the project's engine".into())),
+            Some(paths) => {
+                let hello = engine::Ask::Hello {
+                    root: root.to_path_buf(),
+                    is_git,
+                    settings: self.settings.clone(),
+                    state_root: self.base.parent().map(Path::to_path_buf).unwrap_or_default(),
+                    own: self.own(),
+                };
+                engine::Link::open(paths, hello).await
             }
-            Err(reason) => Begin::Unavailable(reason.to_string()),
+        };
+        match opened {
+            Ok(link) => {
+                tracing::debug!(root = %root.display(), pid = link.pid, "receipts by the shared engine");
+                links.insert(root.to_path_buf(), Some(link.clone()));
+                Some(link)
+            }
+            Err(e) => {
+                tracing::warn!(root = %root.display(), "receipts take this backend's private path: {e}");
+                links.insert(root.to_path_buf(), None);
+                None
+            }
         }
     }
 
@@ -506,6 +640,12 @@ impl Receipts {
             Begin::Off => return Receipt::Off,
             Begin::Unavailable(reason) => return Receipt::Unavailable(reason),
             Begin::Taken { project, before } => (project, before),
+            Begin::Shared { link, run, git } => {
+                return match end_shared(&link, run).await {
+                    Ok(deltas) => self.report(Source::Shared(link, git), command, deltas),
+                    Err(reason) => Receipt::Unavailable(reason.to_string()),
+                };
+            }
         };
         let after = match self.snapshot(&project, false).await {
             Ok((held, after)) => {
@@ -517,25 +657,25 @@ impl Receipts {
         let deltas = tokio::task::spawn_blocking(move || store::diff(&before, &after))
             .await
             .unwrap_or_default();
-        self.report(project, command, deltas)
+        self.report(Source::Local(project), command, deltas)
     }
 
     /// The receipt of `deltas`, recorded when not empty.
-    fn report(&self, project: Arc<Project>, command: &str, deltas: Vec<Delta>) -> Receipt {
+    fn report(&self, source: Source, command: &str, deltas: Vec<Delta>) -> Receipt {
         let changes: Vec<Change> = deltas.iter().take(MAX_REPORTED).map(Change::of).collect();
         let count = deltas.len();
-        let id = (!deltas.is_empty()).then(|| self.record(project, command, deltas));
+        let id = (!deltas.is_empty()).then(|| self.record(source, command, deltas));
         Receipt::Taken { changes, count, id }
     }
 
-    fn record(&self, project: Arc<Project>, command: &str, deltas: Vec<Delta>) -> u64 {
+    fn record(&self, source: Source, command: &str, deltas: Vec<Delta>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let rec = Record {
             id,
             command: command.to_string(),
-            root: project.git.root.clone(),
+            root: source.git().root.clone(),
             deltas,
-            project,
+            source,
         };
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         records.insert(id, Arc::new(rec));
@@ -571,7 +711,7 @@ impl Receipts {
         let Some(entry) = delta.before else {
             return Ok(None);
         };
-        let git = rec.project.git.clone();
+        let git = rec.source.git().clone();
         tokio::task::spawn_blocking(move || store::blobs(&git, &[entry.oid_hex()]))
             .await?
             .map(|mut b| b.pop())
@@ -580,60 +720,58 @@ impl Receipts {
     /// Puts the files run `id` (default: the newest run with changes) changed back as they were
     /// before it, where they are still as it left them; else refuses and names the others.
     pub async fn undo(&self, id: Option<u64>) -> Result<UndoResult, UndoError> {
-        let (rec, held, now) = self.prepare_undo(id).await?;
-        let project = rec.project.clone();
-        let (git, deltas) = (project.git.clone(), rec.deltas.clone());
-        tokio::task::spawn_blocking(move || restore_all(&git, &deltas))
+        let (rec, open) = self.prepare_undo(id).await?;
+        let (git, deltas) = (rec.source.git().clone(), rec.deltas.clone());
+        let restored = tokio::task::spawn_blocking(move || restore_all(&git, &deltas))
             .await
-            .map_err(|e| UndoError::Failed(e.to_string()))?
-            .map_err(|e| UndoError::Failed(format!("Undo of run {} failed: {e}", rec.id)))?;
+            .map_err(|e| UndoError::Failed(e.to_string()))
+            .and_then(|r| {
+                r.map_err(|e| UndoError::Failed(format!("Undo of run {} failed: {e}", rec.id)))
+            });
         let label = format!("undo {}", rec.id);
-        let receipt = match self.snapshot_held(&project, held).await {
-            Ok((_, after)) => {
-                let deltas = tokio::task::spawn_blocking(move || store::diff(&now, &after))
-                    .await
-                    .unwrap_or_default();
-                self.report(project, &label, deltas)
+        let receipt = match open {
+            UndoRun::Local(project, held, now) => {
+                restored?;
+                match self.snapshot_held(&project, held).await {
+                    Ok((_, after)) => {
+                        let deltas = tokio::task::spawn_blocking(move || store::diff(&now, &after))
+                            .await
+                            .unwrap_or_default();
+                        self.report(Source::Local(project), &label, deltas)
+                    }
+                    Err(reason) => Receipt::Unavailable(reason.to_string()),
+                }
             }
-            Err(reason) => Receipt::Unavailable(reason.to_string()),
-        };
-        let changes = rec.changes();
-        let output = format!(
-            "Undid run {} (`{}`): {}",
-            rec.id,
-            first_line(&rec.command),
-            names(&changes, changes.len())
-        );
-        let mut undo = UndoResult {
-            undone: rec.id,
-            output,
-            changes_id: None,
-            changes: Vec::new(),
-            changes_count: 0,
-            changes_unavailable: None,
-        };
-        match receipt {
-            Receipt::Off => {}
-            Receipt::Unavailable(reason) => undo.changes_unavailable = Some(reason),
-            Receipt::Taken { changes, count, id } => {
-                (undo.changes, undo.changes_count, undo.changes_id) = (changes, count, id);
+            UndoRun::Shared(link, run, git) => {
+                // The engine's run ends whatever happened, so that it forgets it.
+                let ended = end_shared(&link, run).await;
+                restored?;
+                match ended {
+                    Ok(deltas) => self.report(Source::Shared(link, git), &label, deltas),
+                    Err(reason) => Receipt::Unavailable(reason.to_string()),
+                }
             }
-        }
-        Ok(undo)
+        };
+        Ok(undone(&rec, receipt))
     }
 
     /// Whether run `id` can be undone now: `undo`'s refusal, if any, without touching a file
     /// (the editor asks the user only about an undo that would happen).
     pub async fn check_undo(&self, id: Option<u64>) -> Result<(), UndoError> {
-        self.prepare_undo(id).await.map(|_| ())
+        match self.prepare_undo(id).await? {
+            (_, UndoRun::Local(..)) => Ok(()),
+            (_, UndoRun::Shared(link, run, _)) => {
+                let _ = end_shared(&link, run).await;
+                Ok(())
+            }
+        }
     }
 
-    /// The run to undo, the project's lock and its current tree, or the refusal: a nested git
-    /// repository, files changed since the run, or a link where the run left a folder.
-    async fn prepare_undo(
-        &self,
-        id: Option<u64>,
-    ) -> Result<(Arc<Record>, Held, Arc<Tree>), UndoError> {
+    /// The run to undo and the undo's own run begun (the project's lock and its current tree,
+    /// or the engine's run), or the refusal: a nested git repository, files changed since the
+    /// run, files the run shares with another that overlapped it, or a link where the run left
+    /// a folder.
+    async fn prepare_undo(&self, id: Option<u64>) -> Result<(Arc<Record>, UndoRun), UndoError> {
         let rec = self.get(id)?;
         if let Some(d) = rec
             .deltas
@@ -645,30 +783,49 @@ impl Receipts {
                 String::from_utf8_lossy(&d.path)
             )));
         }
-        let (held, now) = self
-            .snapshot(&rec.project, false)
-            .await
-            .map_err(|e| UndoError::Failed(e.to_string()))?;
-        let conflicts: Vec<String> = rec
+        let ambiguous: Vec<String> = rec
             .deltas
             .iter()
-            .filter(|d| !same(now.get(&d.path), d.after.as_ref()))
+            .filter(|d| d.overlap)
             .map(|d| String::from_utf8_lossy(&d.path).into_owned())
             .collect();
-        if !conflicts.is_empty() {
-            return Err(UndoError::Conflict { id: rec.id, paths: conflicts, links: Vec::new() });
+        if !ambiguous.is_empty() {
+            return Err(UndoError::Ambiguous { id: rec.id, paths: ambiguous });
         }
-        // Every path is reached beneath the root without following links (contract §13): a link
-        // where the run left a folder refuses the whole undo before anything is written.
-        let (root, deltas) = (rec.project.git.root.clone(), rec.deltas.clone());
-        let blocked = tokio::task::spawn_blocking(move || links_in_the_way(&root, &deltas))
-            .await
-            .map_err(|e| UndoError::Failed(e.to_string()))?
-            .map_err(|e| UndoError::Failed(e.to_string()))?;
-        if !blocked.is_empty() {
-            return Err(UndoError::Conflict { id: rec.id, paths: blocked.clone(), links: blocked });
+        let (open, now) = self.begin_undo(&rec).await?;
+        let refusal = refusal(&rec, &now).await;
+        match (refusal, open) {
+            (None, open) => Ok((rec, open)),
+            (Some(e), UndoRun::Shared(link, run, _)) => {
+                let _ = end_shared(&link, run).await;
+                Err(e)
+            }
+            (Some(e), UndoRun::Local(..)) => Err(e),
         }
-        Ok((rec, held, now))
+    }
+
+    /// The undo's own run begun: what each changed path of `rec` is now (in delta order).
+    async fn begin_undo(&self, rec: &Record) -> Result<(UndoRun, Vec<Option<Entry>>), UndoError> {
+        let failed = |e: ChangesError| UndoError::Failed(e.to_string());
+        match &rec.source {
+            Source::Local(project) => {
+                let (held, now) = self.snapshot(project, false).await.map_err(failed)?;
+                let entries = rec.deltas.iter().map(|d| now.get(&d.path).copied()).collect();
+                Ok((UndoRun::Local(project.clone(), held, now), entries))
+            }
+            Source::Shared(link, git) => {
+                let paths = rec.deltas.iter().map(|d| d.path.clone()).collect();
+                match link.ask(engine::Ask::Begin { paths }).await.map_err(failed)? {
+                    engine::Reply::Begun { run, entries } if entries.len() == rec.deltas.len() => {
+                        Ok((UndoRun::Shared(link.clone(), run, git.clone()), entries))
+                    }
+                    engine::Reply::Failed { reason } => Err(UndoError::Failed(reason)),
+                    other => {
+                        Err(UndoError::Failed(format!("the receipt engine answered {other:?}")))
+                    }
+                }
+            }
+        }
     }
 
     /// Takes the project's lock and a snapshot within the budget.
@@ -698,10 +855,10 @@ impl Receipts {
             Plan::Paths(specs) => Some(specs),
             Plan::Full => None,
         };
-        let mut added = add_all(&project.git, deadline, specs.as_deref()).await;
+        let mut added = add_all(&project.git, deadline, specs.as_deref(), &held.flock).await;
         if specs.is_some() && matches!(added, Err(AddError::Failed(_))) {
             // A spec git refused (a folder gone meanwhile): the whole tree, as without a watch.
-            added = add_all(&project.git, deadline, None).await;
+            added = add_all(&project.git, deadline, None, &held.flock).await;
         }
         match added {
             Ok(()) => {}
@@ -825,7 +982,7 @@ impl Receipts {
         let git = project.git.clone();
         let (init, is_git, exclude) = (guard.init, project.is_git, guard.project_exclude.clone());
         let user_file = guard.excludes_file.clone();
-        let own = self.own_dirs.clone();
+        let own = self.own();
         // The error, and whether it turns receipts off for the project.
         let prepared = tokio::task::spawn_blocking(move || -> Result<_, (ChangesError, bool)> {
             let (mut exclude, mut user_file) = (exclude, user_file);
@@ -864,7 +1021,7 @@ impl Receipts {
                 guard.project_exclude = exclude;
                 guard.excludes_file = user_file;
                 guard.excludes_seen = user_rules;
-                Ok(Held { guard, _flock: flock })
+                Ok(Held { guard, flock })
             }
             Err((reason, permanent)) => {
                 if permanent {
@@ -888,6 +1045,75 @@ fn own_dirs(state_root: PathBuf, session_dir: PathBuf) -> Vec<PathBuf> {
     }
     dirs.push(state_root);
     dirs
+}
+
+/// An undo's own run, begun: this backend's lock, snapshot and the project; or the engine's.
+enum UndoRun {
+    Local(Arc<Project>, Held, Arc<Tree>),
+    Shared(Arc<engine::Link>, u64, Git),
+}
+
+/// Ends run `run` of the project's engine: its deltas.
+async fn end_shared(link: &engine::Link, run: u64) -> Result<Vec<Delta>, ChangesError> {
+    match link.ask(engine::Ask::End { run }).await? {
+        engine::Reply::Ended { deltas } => Ok(deltas),
+        engine::Reply::Failed { reason } => Err(ChangesError::Engine(reason)),
+        other => Err(ChangesError::Engine(format!("the receipt engine answered {other:?}"))),
+    }
+}
+
+/// Why `rec` cannot be undone now that its paths are `now` (in delta order): files changed
+/// since, or a link where the run left a folder. `None`: it can.
+async fn refusal(rec: &Record, now: &[Option<Entry>]) -> Option<UndoError> {
+    let conflicts: Vec<String> = rec
+        .deltas
+        .iter()
+        .zip(now)
+        .filter(|(d, now)| !same(now.as_ref(), d.after.as_ref()))
+        .map(|(d, _)| String::from_utf8_lossy(&d.path).into_owned())
+        .collect();
+    if !conflicts.is_empty() {
+        return Some(UndoError::Conflict { id: rec.id, paths: conflicts, links: Vec::new() });
+    }
+    // Every path is reached beneath the root without following links (contract §13): a link
+    // where the run left a folder refuses the whole undo before anything is written.
+    let (root, deltas) = (rec.root.clone(), rec.deltas.clone());
+    let blocked = tokio::task::spawn_blocking(move || links_in_the_way(&root, &deltas)).await;
+    match blocked {
+        Err(e) => Some(UndoError::Failed(e.to_string())),
+        Ok(Err(e)) => Some(UndoError::Failed(e.to_string())),
+        Ok(Ok(blocked)) if !blocked.is_empty() => {
+            Some(UndoError::Conflict { id: rec.id, paths: blocked.clone(), links: blocked })
+        }
+        Ok(Ok(_)) => None,
+    }
+}
+
+/// A done undo of `rec`, with the undo's own receipt.
+fn undone(rec: &Record, receipt: Receipt) -> UndoResult {
+    let changes = rec.changes();
+    let output = format!(
+        "Undid run {} (`{}`): {}",
+        rec.id,
+        first_line(&rec.command),
+        names(&changes, changes.len())
+    );
+    let mut undo = UndoResult {
+        undone: rec.id,
+        output,
+        changes_id: None,
+        changes: Vec::new(),
+        changes_count: 0,
+        changes_unavailable: None,
+    };
+    match receipt {
+        Receipt::Off => {}
+        Receipt::Unavailable(reason) => undo.changes_unavailable = Some(reason),
+        Receipt::Taken { changes, count, id } => {
+            (undo.changes, undo.changes_count, undo.changes_id) = (changes, count, id);
+        }
+    }
+    undo
 }
 
 fn same(a: Option<&Entry>, b: Option<&Entry>) -> bool {
@@ -963,13 +1189,27 @@ impl Slow {
 }
 
 /// `git add -A` into the shadow index, waited for until `deadline`.
-/// With `specs`, only what they name (glob path specs of [`watch::specs`]).
+/// With `specs`, only what they name (glob path specs of [`watch::specs`]). The git inherits
+/// the store's lock (`flock`, open as `lock`): if we are killed while it runs, the lock stays
+/// held until it ends, so the next snapshot never runs beside it (nor removes its
+/// `index.lock`).
 async fn add_all(
     git: &Git,
     deadline: Instant,
     specs: Option<&[std::ffi::OsString]>,
+    lock: &std::fs::File,
 ) -> Result<(), AddError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
     let mut cmd = git.command();
+    let fd = lock.as_raw_fd();
+    // SAFETY: fcntl(2) is async-signal-safe; it changes the child's copy of the descriptor only.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
     match specs {
         Some(specs) => {
             // Preloading stats every file of the index in threads, path specs or not: the
@@ -1054,7 +1294,7 @@ async fn first_snapshot(
         })
         .await
         .unwrap_or_default();
-        match add_all(&git, end, None).await {
+        match add_all(&git, end, None, &held.flock).await {
             Ok(()) => {}
             Err(AddError::Failed(e)) => return Err(e),
             Err(AddError::Slow(slow)) => {
@@ -1138,7 +1378,7 @@ mod tests {
     use super::*;
 
     fn c(path: &str, kind: Kind) -> Change {
-        Change { path: path.into(), kind }
+        Change { path: path.into(), kind, overlap: false }
     }
 
     #[test]

@@ -138,6 +138,17 @@ impl Runtime {
                 .unwrap_or_else(|| private_state_dir(&state_root)),
             None => shell::runtime_base(),
         };
+        // The projects' shared receipt engines (contract §13): in the first runtime base no
+        // fenced shell may write (one could otherwise plant a false engine).
+        let engines = match settings.changes.enabled {
+            true => shell::runtime_bases()
+                .into_iter()
+                .find(|b| {
+                    widest.as_ref().is_none_or(|f| f.exposes(std::slice::from_ref(b)).is_none())
+                })
+                .and_then(|b| crate::changes::engine::Spot::at(&b)),
+            false => None,
+        };
         let runtime_dir = crate::shell::rundir::RunDir::create(&base)?;
         runtime_dir.sweep_in_background(base);
         // What a fenced shell must not be able to write; a fence that would is refused.
@@ -173,12 +184,15 @@ impl Runtime {
             // Remote sessions hold no local shell: they do not count against
             // `limits.max_sessions` (contract §12).
             remote: Slots::new(usize::MAX),
-            changes: Arc::new(crate::changes::Receipts::new(
-                settings.changes.clone(),
-                state_root,
-                session_dir.clone(),
-                runtime_dir.path().to_path_buf(),
-            )),
+            changes: Arc::new(
+                crate::changes::Receipts::new(
+                    settings.changes.clone(),
+                    state_root,
+                    session_dir.clone(),
+                    runtime_dir.path().to_path_buf(),
+                )
+                .with_engines(engines),
+            ),
             _runtime_dir: runtime_dir,
             settings,
         })

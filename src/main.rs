@@ -45,6 +45,9 @@ enum Mode {
         #[arg(long)]
         cgroup: Option<PathBuf>,
     },
+    /// Internal: the receipt engine of one project, shared by the user's backends.
+    #[command(name = "__changes-engine", hide = true)]
+    ChangesEngine { socket: PathBuf },
 }
 
 #[allow(clippy::disallowed_methods)] // at start-up, before the runtime serves anything
@@ -83,6 +86,14 @@ fn run_async<F: std::future::Future<Output = agent_bash::Result<i32>>>(
     Ok(code)
 }
 
+/// Runs a project's receipt engine (one thread, like the backends) until it has no client.
+fn run_engine(socket: PathBuf) -> anyhow::Result<i32> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let code = rt.block_on(agent_bash::changes::engine::serve(socket));
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    Ok(code)
+}
+
 /// Reaps orphans adopted as subreaper whenever a child changes state.
 async fn reap_loop() {
     use tokio::signal::unix::{signal, SignalKind};
@@ -107,6 +118,7 @@ fn main() {
         Mode::Explain(args) => mode::explain::run(args).map_err(Into::into),
         Mode::Sanitize(args) => mode::sanitize::run(args).map_err(Into::into),
         Mode::Watchdog { .. } => Ok(0),
+        Mode::ChangesEngine { socket } => run_engine(socket),
     };
     match status {
         Ok(code) => std::process::exit(code),

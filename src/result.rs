@@ -363,7 +363,7 @@ mod tests {
     #[test]
     fn receipt_note_names_twenty_then_a_count() {
         use crate::changes::{Change, Kind};
-        let c = |path: &str, kind| Change { path: path.into(), kind };
+        let c = |path: &str, kind| Change { path: path.into(), kind, overlap: false };
         let few = vec![
             c("src/a.rs", Kind::Modified),
             c("notes.txt", Kind::Added),

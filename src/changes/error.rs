@@ -38,6 +38,9 @@ pub enum ChangesError {
     /// Receipts were turned off for the project earlier, for this reason.
     #[error("{0}")]
     Off(String),
+    /// The project's shared receipt engine could not be reached or answered this.
+    #[error("{0}")]
+    Engine(String),
 
     // Running git.
     #[error("cannot run {}: {source}", .bin.display())]

@@ -30,7 +30,7 @@ use std::process::{Command, Stdio};
 
 /// One file as a snapshot saw it: git mode (`0o100644`, `0o100755`, `0o120000` for a symlink,
 /// `0o160000` for a nested repository), blob id and size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     pub mode: u32,
     pub oid: [u8; 20],
@@ -76,15 +76,22 @@ impl Tree {
 }
 
 /// One path whose state differs between two trees.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Delta {
     pub path: Vec<u8>,
     pub before: Option<Entry>,
     pub after: Option<Entry>,
+    /// It changed while another run in the project was going on too (the receipt engine's
+    /// mark, see [`super::engine`]): either run may have changed it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overlap: bool,
 }
 
 /// The paths that differ between `a` and `b`, in path order (a merge of two sorted lists).
 pub fn diff(a: &Tree, b: &Tree) -> Vec<Delta> {
+    if std::ptr::eq(a, b) {
+        return Vec::new();
+    }
     let (mut i, mut j) = (0, 0);
     let mut out = Vec::new();
     while i < a.entries.len() || j < b.entries.len() {
@@ -96,18 +103,23 @@ pub fn diff(a: &Tree, b: &Tree) -> Vec<Delta> {
         match order {
             std::cmp::Ordering::Less => {
                 let (p, e) = &a.entries[i];
-                out.push(Delta { path: p.clone(), before: Some(*e), after: None });
+                out.push(Delta { path: p.clone(), before: Some(*e), after: None, overlap: false });
                 i += 1;
             }
             std::cmp::Ordering::Greater => {
                 let (p, e) = &b.entries[j];
-                out.push(Delta { path: p.clone(), before: None, after: Some(*e) });
+                out.push(Delta { path: p.clone(), before: None, after: Some(*e), overlap: false });
                 j += 1;
             }
             std::cmp::Ordering::Equal => {
                 let ((p, ea), (_, eb)) = (&a.entries[i], &b.entries[j]);
                 if !ea.same(eb) {
-                    out.push(Delta { path: p.clone(), before: Some(*ea), after: Some(*eb) });
+                    out.push(Delta {
+                        path: p.clone(),
+                        before: Some(*ea),
+                        after: Some(*eb),
+                        overlap: false,
+                    });
                 }
                 i += 1;
                 j += 1;

@@ -239,7 +239,8 @@ impl From<crate::changes::ChangesError> for Failure {
 impl From<crate::changes::UndoError> for Failure {
     fn from(e: crate::changes::UndoError) -> Failure {
         let conflicts = match &e {
-            crate::changes::UndoError::Conflict { paths, .. } => Some(paths.clone()),
+            crate::changes::UndoError::Conflict { paths, .. }
+            | crate::changes::UndoError::Ambiguous { paths, .. } => Some(paths.clone()),
             _ => None,
         };
         Failure { message: e.to_string(), conflicts }
@@ -854,8 +855,8 @@ mod tests {
                 max_rss_kib: Some(300),
             }),
             changes: vec![
-                Change { path: "src/a.rs".into(), kind: Kind::Modified },
-                Change { path: "run.sh".into(), kind: Kind::Mode },
+                Change { path: "src/a.rs".into(), kind: Kind::Modified, overlap: false },
+                Change { path: "run.sh".into(), kind: Kind::Mode, overlap: false },
             ],
             changes_count: Some(2),
             changes_id: Some(3),
@@ -876,7 +877,7 @@ mod tests {
             undone: 3,
             output: "Undid run 3 (`rm a`): D a".into(),
             changes_id: Some(4),
-            changes: vec![Change { path: "a".into(), kind: Kind::Added }],
+            changes: vec![Change { path: "a".into(), kind: Kind::Added, overlap: false }],
             changes_count: 1,
             changes_unavailable: None,
         });
@@ -1002,7 +1003,7 @@ mod tests {
                 output_bytes: counts[3],
                 duration_ms: counts[4],
                 timeout_clamped_from: clamped,
-                changes: vec![Change { path, kind: Kind::Deleted }],
+                changes: vec![Change { path, kind: Kind::Deleted, overlap: false }],
                 ..Default::default()
             };
             prop_assert_eq!(bytes(&msgpack(&r)), bytes(&detour(&r)));

@@ -496,3 +496,178 @@ async fn changes_seen_by_the_watch_equal_full_snapshots() {
     }
     assert_eq!(seen[0], seen[1]);
 }
+
+/// A named pipe (`mkfifo`) at `path`: a command and the test meet there.
+fn fifo(path: &Path) -> PathBuf {
+    let out = Command::new("mkfifo").arg(path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    path.to_path_buf()
+}
+
+/// Waits (off the test's runtime) until a command writes `path` and closes it.
+async fn heard(path: &Path) {
+    let p = path.to_path_buf();
+    tokio::task::spawn_blocking(move || std::fs::read(p).unwrap()).await.unwrap();
+}
+
+/// Lets a command blocked reading `path` go on.
+async fn release(path: &Path) {
+    let p = path.to_path_buf();
+    tokio::task::spawn_blocking(move || std::fs::write(p, "go\n").unwrap()).await.unwrap();
+}
+
+fn changes_with_overlap(r: &Value) -> Vec<(String, bool)> {
+    r["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap().to_string(), c["overlap"] == true))
+        .collect()
+}
+
+/// Two backends (`rpc` processes, each with its own state) run one command each in one
+/// project, overlapping in time: A writes `a_only`, then B starts and writes `shared` while A
+/// still runs, then A ends, then B writes `b_only`. Each receipt lists exactly the files that
+/// changed during its own run, `shared` in both and marked as overlapping; undo refuses a run
+/// with such a file and touches nothing, and a run alone is exact and undone as before.
+#[tokio::test]
+async fn changes_of_runs_overlapping_in_two_backends_are_marked_and_undo_refuses_them() {
+    let (home, project, sync) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(&project.path().join("base.txt"), "base\n");
+    let cwd = project.path().to_str().unwrap();
+    let s = |name: &str| fifo(&sync.path().join(name));
+    let (a_wrote, a_go, b_wrote, b_go) = (s("a_wrote"), s("a_go"), s("b_wrote"), s("b_go"));
+    let mut a = rpc_in(home.path()).await;
+    let mut b = rpc_in(home.path()).await;
+    for rpc in [&mut a, &mut b] {
+        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+        assert_eq!(r["changesCount"], 0, "receipts are on: {r}");
+    }
+    let run_a = format!(
+        "echo a > a_only; echo > {}; cat {} > /dev/null",
+        a_wrote.display(),
+        a_go.display()
+    );
+    let ra = a.send(json!({"type": "tool_call", "cwd": cwd, "command": run_a})).await;
+    heard(&a_wrote).await;
+    let run_b = format!(
+        "echo s > shared; echo > {}; cat {} > /dev/null; echo b > b_only",
+        b_wrote.display(),
+        b_go.display()
+    );
+    let rb = b.send(json!({"type": "tool_call", "cwd": cwd, "command": run_b})).await;
+    heard(&b_wrote).await;
+    release(&a_go).await;
+    let ra = a.response(&ra).await;
+    release(&b_go).await;
+    let rb = b.response(&rb).await;
+    let (ra, rb) = (&ra["data"], &rb["data"]);
+    assert_eq!(
+        changes_with_overlap(ra),
+        [("a_only".to_string(), false), ("shared".to_string(), true)],
+        "{ra}"
+    );
+    assert_eq!(
+        changes_with_overlap(rb),
+        [("b_only".to_string(), false), ("shared".to_string(), true)],
+        "{rb}"
+    );
+
+    let now = work_files(project.path());
+    for (rpc, r) in [(&mut a, ra), (&mut b, rb)] {
+        let id = r["changesId"].as_u64().unwrap();
+        let u = undo(rpc, Some(id)).await;
+        assert_eq!(u["success"], false, "{u}");
+        assert_eq!(
+            u["error"],
+            format!("Not undone: run {id} overlapped another run in this project, and this file changed while both ran, so either may have changed it: shared")
+        );
+        assert_eq!(u["data"]["conflicts"], json!(["shared"]));
+    }
+    assert_eq!(work_files(project.path()), now, "a refused undo touches nothing");
+
+    // Alone again: exact, unmarked, undone.
+    let r = a.tool(json!({"cwd": cwd, "command": "echo z > z; rm a_only"})).await;
+    assert_eq!(
+        r["changes"],
+        json!([{"path": "a_only", "kind": "deleted"}, {"path": "z", "kind": "added"}])
+    );
+    let u = undo(&mut a, r["changesId"].as_u64()).await;
+    assert_eq!(u["success"], true, "{u}");
+    assert_eq!(work_files(project.path()), now);
+    b.stop().await;
+    a.stop().await;
+}
+
+/// A backend and the project's receipt engine are SIGKILLed while the engine's `git add` is in
+/// the middle of a snapshot (a `changes.git` wrapper holds it there, with `index.lock` taken as
+/// git takes it); that git then finishes on its own. A new backend with the same state finds the
+/// killed engine's socket stale, starts another, and its receipts are exact.
+#[tokio::test]
+async fn changes_recover_from_a_backend_and_engine_killed_mid_snapshot() {
+    let (home, project, sync, runtime) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    write(&project.path().join("base.txt"), "base\n");
+    let real_git = Command::new("sh").args(["-c", "command -v git"]).output().unwrap();
+    let real_git = String::from_utf8(real_git.stdout).unwrap().trim().to_string();
+    let (inside, go) = (fifo(&sync.path().join("inside")), fifo(&sync.path().join("go")));
+    let block = sync.path().join("block");
+    let wrapper = sync.path().join("git");
+    write(
+        &wrapper,
+        &format!(
+            "#!/bin/sh\ncase \" $* \" in *' add '*) if [ -e {block:?} ]; then rm {block:?}; : > \"$GIT_DIR/index.lock\"; echo > {inside:?}; cat {go:?} > /dev/null; rm -f \"$GIT_DIR/index.lock\"; fi;; esac\nexec {real_git:?} \"$@\"\n"
+        ),
+    );
+    chmod(&wrapper, 0o755);
+    let config = format!("{CONFIG}git = {:?}\n", wrapper.to_str().unwrap());
+    let env = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap()),
+    ];
+    let mut a = Rpc::start_env(tempfile::tempdir().unwrap(), Some(&config), &[], &env).await;
+    let cwd = project.path().to_str().unwrap();
+    let r = a.tool(json!({"cwd": cwd, "command": "echo 1 > one"})).await;
+    assert_eq!(r["changes"], json!([{"path": "one", "kind": "added"}]), "{r}");
+
+    // The next snapshot has something to read, and blocks in its git.
+    write(&project.path().join("by-hand.txt"), "x\n");
+    write(&block, "");
+    let _lost =
+        a.send(json!({"type": "tool_call", "cwd": cwd, "command": "echo lost > lost"})).await;
+    heard(&inside).await;
+    let engines: Vec<PathBuf> = std::fs::read_dir(runtime.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("agent-bash-engines-"))
+        .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten().map(|f| f.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+        .collect();
+    assert_eq!(engines.len(), 1, "one engine for the project: {engines:?}");
+    let engine: i32 = std::fs::read_to_string(&engines[0]).unwrap().trim().parse().unwrap();
+    unsafe {
+        libc::kill(engine, libc::SIGKILL);
+        libc::kill(a.pid(), libc::SIGKILL);
+    }
+    a.child.wait().await.unwrap();
+    // The killed snapshot's git goes on and finishes by itself.
+    release(&go).await;
+
+    // The same state (the store the killed engine was writing), a new backend.
+    let mut b = Rpc::start_env(a.state, Some(&config), &[], &env).await;
+    let r = b.tool(json!({"cwd": cwd, "command": "echo 2 > two; rm one"})).await;
+    assert_eq!(
+        r["changes"],
+        json!([{"path": "one", "kind": "deleted"}, {"path": "two", "kind": "added"}]),
+        "{r}"
+    );
+    let u = undo(&mut b, r["changesId"].as_u64()).await;
+    assert_eq!(u["success"], true, "{u}");
+    assert!(project.path().join("one").exists() && !project.path().join("two").exists());
+    b.stop().await;
+}
