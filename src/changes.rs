@@ -1399,6 +1399,14 @@ mod tests {
     }
 
     #[test]
+    fn receipts_stay_on_up_to_half_a_million_files_by_default() {
+        assert_eq!(ChangesSettings::default().max_files, 500_000);
+        // As the settings file gives them: an empty `[changes]` table keeps the default.
+        let parsed: ChangesSettings = toml::from_str("enabled = true\n").unwrap();
+        assert_eq!(parsed.max_files, 500_000);
+    }
+
+    #[test]
     fn settings_reject_zero_budgets() {
         let s = ChangesSettings { max_snapshot_ms: 0, ..Default::default() };
         assert!(s.check().is_err());

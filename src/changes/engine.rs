@@ -127,7 +127,8 @@ impl Paths {
 }
 
 impl Spot {
-    /// `<base>/agent-bash-engines-<uid>`, created private; `None` (the private path) when it
+    /// `<base>/agent-bash.engines-<uid>` (not `agent-bash-…`, the prefix of the backends' runtime
+    /// directories, which sweeps remove), created private; `None` (the private path) when it
     /// is not ours alone (another user's, a link, wider than 0700) or cannot be made.
     // At start-up (`Runtime::new`): one directory, made once.
     #[allow(clippy::disallowed_methods)]
@@ -135,7 +136,7 @@ impl Spot {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         // SAFETY: geteuid cannot fail.
         let uid = unsafe { libc::geteuid() };
-        let dir = base.join(format!("agent-bash-engines-{uid}"));
+        let dir = base.join(format!("agent-bash.engines-{uid}"));
         match crate::shell::rundir::private_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -597,23 +598,19 @@ async fn serve_conn(engine: Arc<Engine>, stream: tokio::net::UnixStream) {
 /// status.
 pub async fn serve(socket: PathBuf) -> i32 {
     let paths = Paths::of_socket(&socket);
-    // Single ownership: an engine on its way out still holds it for a moment.
-    let lock = match tokio::task::spawn_blocking({
-        let lock = paths.lock.clone();
-        move || flock_blocking(&lock, true)
-    })
-    .await
-    {
-        Ok(Ok(Some(f))) => f,
-        _ => return 1,
+    let p = paths.clone();
+    let (lock, listener) = match tokio::task::spawn_blocking(move || listen_blocking(&p)).await {
+        Ok(Ok(up)) => up,
+        Ok(Err(e)) => {
+            tracing::warn!(socket = %paths.socket.display(), "receipt engine: cannot listen: {e}");
+            return 1;
+        }
+        Err(_) => return 1,
     };
+    let listener = match listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixListener::from_std(listener))
     {
-        use std::io::Write;
-        let _ = (&lock).write_all(format!("{}\n", std::process::id()).as_bytes());
-    }
-    // A socket left by a killed engine: nobody answers it.
-    let _ = std::fs::remove_file(&paths.socket);
-    let listener = match tokio::net::UnixListener::bind(&paths.socket) {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(socket = %paths.socket.display(), "receipt engine: cannot listen: {e}");
@@ -647,6 +644,26 @@ pub async fn serve(socket: PathBuf) -> i32 {
     tracing::debug!(socket = %paths.socket.display(), "receipt engine: no client left, exiting");
     drop(lock);
     0
+}
+
+/// Takes the engine's lock (an engine on its way out still holds it for a moment) and writes
+/// our pid in it, removes a socket a killed engine left (nobody answers it), and listens.
+// Blocking by name: under spawn_blocking, once, at the engine's start.
+#[allow(clippy::disallowed_methods)]
+fn listen_blocking(
+    paths: &Paths,
+) -> std::io::Result<(std::fs::File, std::os::unix::net::UnixListener)> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let lock = flock_blocking(&paths.lock, true)?
+        .ok_or_else(|| std::io::Error::other("the engine's lock is taken"))?;
+    lock.set_len(0)?;
+    (&lock).write_all(format!("{}\n", std::process::id()).as_bytes())?;
+    let _ = std::fs::remove_file(&paths.socket);
+    let listener = std::os::unix::net::UnixListener::bind(&paths.socket)?;
+    // Private whatever the umask (contract §13), like every file of ours.
+    std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))?;
+    Ok((lock, listener))
 }
 
 /// Says `ready` to the backend that started us, then lets go of its pipe.

@@ -644,7 +644,7 @@ async fn changes_recover_from_a_backend_and_engine_killed_mid_snapshot() {
     let engines: Vec<PathBuf> = std::fs::read_dir(runtime.path())
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("agent-bash-engines-"))
+        .filter(|e| e.file_name().to_string_lossy().starts_with("agent-bash.engines-"))
         .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten().map(|f| f.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "lock"))
         .collect();
