@@ -324,14 +324,27 @@ impl Runtime {
         };
         let waited = wait_started.elapsed();
         slot.last_used = Some(Instant::now());
+        // §1: a session that traces what it runs (`set -x` left on by an earlier call) runs the
+        // command as written: a stripped stage would lose its own trace line, and the limit
+        // would cut the trace lines bash prints past the stage.
+        let traced = slot.shell.as_ref().is_some_and(|sh| sh.traces()) && p.norm.stage_stripped();
+        let verbatim;
+        let norm = match traced {
+            true => {
+                let (head, tail) = p.asked_limits;
+                verbatim = Normalized::verbatim(&p.command, head, tail);
+                &verbatim
+            }
+            false => &p.norm,
+        };
 
         // §4 the output path: sanitize → sink, live updates throttled.
-        let mut feed = Feed::new(self, &p.norm, p.display, on_update);
+        let mut feed = Feed::new(self, norm, p.display, on_update);
         let deadline = p.timeout.as_ref().map(|t| Instant::now() + t.duration);
         feed.meter =
             slot.shell.as_ref().map(|sh| crate::resources::Meter::start(sh.pid(), sh.cpu_probe()));
         let run_started = Instant::now();
-        let command = p.norm.runnable();
+        let command = norm.runnable();
         let end = match slot.shell.as_mut() {
             Some(shell) => shell.run(&command, cwd, &mut feed, deadline, &cancel).await,
             None => {
@@ -362,7 +375,7 @@ impl Runtime {
         }
         self.sessions.release(slot, p.session_key.as_ref());
 
-        let mut r = self.shape_run(p, sink.finish(), &outcome, started);
+        let mut r = self.shape_run(p, norm, sink.finish(), &outcome, started);
         r.shell_restarted = shell_restarted;
         r.waited_ms = waited_ms(waited);
         r.set_resources(resources);
@@ -430,6 +443,7 @@ impl Runtime {
     fn shape_run(
         &self,
         p: &Prepared,
+        norm: &Normalized,
         output: crate::sink::SinkOutput,
         outcome: &Outcome,
         started: Instant,
@@ -437,8 +451,8 @@ impl Runtime {
         let max_bytes = self.settings.limits.max_bytes as u64;
         let mut r = result::shape(output, outcome, started.elapsed(), max_bytes);
         r.timeout_clamped_from = p.timeout.and_then(|t| t.clamped_from);
-        if !p.norm.rewrites.is_empty() {
-            r.normalized = serde_json::to_value(&p.norm).ok();
+        if !norm.rewrites.is_empty() {
+            r.normalized = serde_json::to_value(norm).ok();
         }
         r
     }
@@ -635,6 +649,8 @@ pub(crate) struct Feed {
     head_complete_at: Option<Instant>,
     /// The receipt of a pipe run, sampled as the output moves or pauses.
     meter: Option<crate::resources::Meter>,
+    /// See [`Normalized::lone_stage_stripped`].
+    lone_stage: bool,
 }
 
 impl Feed {
@@ -664,6 +680,7 @@ impl Feed {
             dirty: false,
             head_complete_at: None,
             meter: None,
+            lone_stage: norm.lone_stage_stripped(),
         }
     }
 
@@ -753,6 +770,10 @@ impl shell::OutputSink for Feed {
 
     fn close_at(&self) -> Option<Instant> {
         self.head_complete_at.map(|t| t + crate::sink::HEAD_CLOSE_AFTER)
+    }
+
+    fn lone_stage_stripped(&self) -> bool {
+        self.lone_stage
     }
 }
 

@@ -48,7 +48,25 @@ impl Normalized {
         }
     }
 
-    /// A bang command: run verbatim, no rewrites (contract §8.2).
+    /// A `| head`/`| tail` stage was stripped from a pipeline of one other stage (`seq 3 |
+    /// tail -n 1`, run as `( seq 3 )`): the shell then records the stage bash would have run
+    /// (contract §1, a stripped stage's PIPESTATUS). A pipeline of more stages (or one whose
+    /// stage holds a `|` anywhere) keeps what its subshell leaves.
+    pub fn lone_stage_stripped(&self) -> bool {
+        let Some(at) = self.pipeline_start.filter(|&at| at < self.command.len()) else {
+            return false;
+        };
+        let pipe = |t: &Token| matches!(t.kind, TokenKind::Op(Op::Pipe | Op::PipeAmp));
+        self.stage_stripped() && !shellwords::tokenize(&self.command[at..]).iter().any(pipe)
+    }
+
+    /// A `| head`/`| tail` stage was stripped (not only a `2>&1`).
+    pub fn stage_stripped(&self) -> bool {
+        self.rewrites.iter().any(|r| r.head.is_some() || r.tail.is_some())
+    }
+
+    /// A bang command (contract §8.2), or a tool call in a session that traces (§1): run
+    /// verbatim, no rewrites, only the caller's own limits.
     pub fn verbatim(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
         Normalized { command: command.trim().to_string(), head, tail, ..Default::default() }
     }
@@ -772,6 +790,17 @@ mod tests {
             normalize("shopt -s extglob; x | head -1", None, None).command,
             "shopt -s extglob; x"
         );
+    }
+
+    #[test]
+    fn normalize_knows_a_lone_stripped_stage() {
+        let lone = |c: &str| normalize(c, None, None).lone_stage_stripped();
+        assert!(lone("seq 3 | tail -n 1"));
+        assert!(lone("cd / && yes | head -5"));
+        assert!(!lone("a | b | tail -2"));
+        assert!(!lone("{ a | b; } | head -1"));
+        assert!(!lone("ls 2>&1"));
+        assert!(!lone("ls"));
     }
 
     #[test]

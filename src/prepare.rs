@@ -87,6 +87,8 @@ pub struct Prepared {
     /// session for the user's own commands).
     pub(crate) session_key: Option<String>,
     pub(crate) norm: Normalized,
+    /// The caller's own `head` and `tail` (what a run keeps when nothing is stripped).
+    pub(crate) asked_limits: (Option<usize>, Option<usize>),
     pub(crate) timeout: Option<Timeout>,
     pub(crate) display: bool,
     pub(crate) place: Place,
@@ -254,6 +256,7 @@ impl Preparer {
             command: req.command,
             session_key: req.session_key,
             norm,
+            asked_limits: (req.head, req.tail),
             timeout,
             display: req.display,
             place,

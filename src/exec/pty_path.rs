@@ -83,7 +83,7 @@ impl Runtime {
                 Outcome::MissingExitStatus
             }
         };
-        let mut r = self.shape_run(p, out.finish().finish(), &outcome, started);
+        let mut r = self.shape_run(p, &p.norm, out.finish().finish(), &outcome, started);
         // Without the shell's rusage (it was not reaped: a PTY error, a kill that left it), the
         // wall time alone.
         r.set_resources(resources.unwrap_or(crate::resources::Resources {

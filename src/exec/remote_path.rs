@@ -84,7 +84,7 @@ impl Runtime {
             }
             Ok(end) => outcome_of(&end, p.timeout),
         };
-        let mut r = self.shape_run(p, feed.finish().finish(), &outcome, started);
+        let mut r = self.shape_run(p, &p.norm, feed.finish().finish(), &outcome, started);
         if let Some(why) = lost {
             r.set_session_lost(&why);
         }

@@ -334,6 +334,9 @@ struct StatusFifo {
     pending: Vec<u8>,
     /// The portable paths' own write end, held so that no end of file ever comes.
     _writer: Option<std::fs::File>,
+    /// The last status line said the shell traces what it runs (`set -x`/`set -v` on: the
+    /// runner adds ` x`).
+    traces: bool,
 }
 
 impl StatusFifo {
@@ -346,7 +349,7 @@ impl StatusFifo {
         #[cfg(target_os = "linux")]
         if !crate::platform::portable() {
             let rx = options.clone().read_write(true).open_receiver(path)?;
-            return Ok(StatusFifo { rx, pending: Vec::new(), _writer: None });
+            return Ok(StatusFifo { rx, pending: Vec::new(), _writer: None, traces: false });
         }
         let rx = options.open_receiver(path)?;
         #[allow(clippy::disallowed_methods)] // a FIFO on the runtime directory, as `open_fifo`
@@ -354,11 +357,11 @@ impl StatusFifo {
             use std::os::unix::fs::OpenOptionsExt;
             std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path)?
         };
-        Ok(StatusFifo { rx, pending: Vec::new(), _writer: Some(writer) })
+        Ok(StatusFifo { rx, pending: Vec::new(), _writer: Some(writer), traces: false })
     }
 
     /// Takes what was read (`bytes`) and returns the status of the line that carries `token`
-    /// (`<token> <status>`), if one came. Anything else is dropped; a flood without a newline
+    /// (`<token> <status>`, the runner's with ` x` when the shell traces), if one came. Anything else is dropped; a flood without a newline
     /// keeps only its tail (a real line is short and written in one piece, so it is whole in
     /// there whatever came before it).
     fn take(&mut self, bytes: &[u8], token: &str) -> Option<i32> {
@@ -368,8 +371,9 @@ impl StatusFifo {
             let line: Vec<u8> = self.pending.drain(..=nl).collect();
             let line = String::from_utf8_lossy(&line[..nl]);
             if let Some(at) = line.find(token) {
-                let rest = line[at + token.len()..].trim();
-                found = Some(rest.parse().unwrap_or(1));
+                let mut rest = line[at + token.len()..].split_whitespace();
+                found = Some(rest.next().and_then(|w| w.parse().ok()).unwrap_or(1));
+                self.traces = rest.next() == Some("x");
             }
         }
         if self.pending.len() > 4096 {
@@ -545,7 +549,7 @@ impl Shell {
         let seq = self.seq;
         let (fifo, fd) = self.take_fifo(seq)?;
         let quick_until = Instant::now() + QUICK;
-        let token = match self.send_command(command, cwd, &fifo).await {
+        let token = match self.send_command(command, cwd, &fifo, out.lone_stage_stripped()).await {
             Ok(Some(token)) => token,
             Ok(None) => {
                 let _ = std::fs::remove_file(&fifo);
@@ -600,9 +604,10 @@ impl Shell {
         command: &str,
         cwd: &Path,
         fifo: &Path,
+        lone_stage: bool,
     ) -> io::Result<Option<String>> {
         let token = super::random_hex::<8>()?;
-        let line = self.command_line(&token, command, cwd, fifo)?;
+        let line = self.command_line(&token, command, cwd, fifo, lone_stage)?;
         let sent = async {
             self.stdin.write_all(line.as_bytes()).await?;
             self.stdin.flush().await
@@ -742,6 +747,12 @@ impl Shell {
         self.runner
     }
 
+    /// Whether the shell traced what it ran when its last call ended (`set -x` or `set -v`
+    /// left on: the runner says so; a shell without it never does).
+    pub fn traces(&self) -> bool {
+        self.status.traces
+    }
+
     /// The shell's process id (its counters measure the commands it runs, `crate::resources`).
     pub fn pid(&self) -> i32 {
         self.pid
@@ -801,10 +812,15 @@ impl Shell {
 
     /// The runner's frame for `command` (see `src/shell/runner.c`): its length, then the
     /// token, cwd, output FIFO, flags (`s`: a plain command the spawn path may take; `p`: a
-    /// command that ends inside `$(`, run in a subshell, see `ends_in_substitution`) and the
-    /// text, separated by NULs. Written in one piece; the runner reads it in two reads.
-    fn frame(&self, token: &str, command: &str, cwd: &Path, fifo: &Path) -> String {
+    /// command that ends inside `$(`, run in a subshell, see `ends_in_substitution`; `t`: a
+    /// `| head`/`| tail` stage was stripped after a lone stage, see
+    /// [`OutputSink::lone_stage_stripped`]) and the text, separated by NULs. Written in one
+    /// piece; the runner reads it in two reads.
+    fn frame(&self, token: &str, command: &str, cwd: &Path, fifo: &Path, lone: bool) -> String {
         let mut flags = String::new();
+        if lone {
+            flags.push('t');
+        }
         if self.spawn && fast_words(command) {
             flags.push('s');
         }
@@ -834,9 +850,10 @@ impl Shell {
         command: &str,
         cwd: &Path,
         fifo: &Path,
+        lone_stage: bool,
     ) -> io::Result<String> {
         if self.runner {
-            return Ok(self.frame(token, command, cwd, fifo));
+            return Ok(self.frame(token, command, cwd, fifo, lone_stage));
         }
         let cwd = quote(&cwd.to_string_lossy());
         let cmd = quote(command);

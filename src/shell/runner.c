@@ -16,7 +16,10 @@
  *
  * A frame on stdin (the backend writes one only after the previous call's status):
  * `<payload length>\n` then `token\0cwd\0output fifo\0flags\0text`. Flags: `s` the text may go
- * to the spawn path (`agent_bash_try_spawn`, spawn.c). Per call: stdin /dev/null, stdout and
+ * to the spawn path (`agent_bash_try_spawn`, spawn.c); `p` run it in a forked copy
+ * (run_forked); `t` a `| head`/`| tail` stage was stripped after a lone stage
+ * (stage_stripped). The status line is `token status`, with ` x` when the shell traces. Per
+ * call: stdin /dev/null, stdout and
  * stderr the output FIFO (and the descriptors above 2 an earlier call left on its output),
  * `cd -- cwd` (OLDPWD left as it was), the text, then descriptors 0-2 (and those above 2 on
  * the output) back to /dev/null and `token status` written to the status FIFO (opened by name
@@ -81,6 +84,8 @@ extern SHELL_VAR *bind_variable(const char *, char *, int);
 extern SHELL_VAR *find_variable(const char *);
 extern int unbind_variable(const char *);
 extern int array_needs_making, shell_initialized;
+extern int echo_command_at_execute, echo_input_at_read, pipefail_opt;
+extern void set_pipestatus_array(int *, int);
 extern char *get_string_value(const char *);
 extern void set_pipestatus_from_exit(int);
 extern void unlink_fifo_list(void);
@@ -252,7 +257,10 @@ static void report(const char *token, int status) {
     ;
   if (fd < 0)
     _exit(99);
-  n = snprintf(line, sizeof line, "%s %d\n", token, status);
+  /* ` x`: the shell traces what it runs, so the backend strips no `| tail` from the next call
+   * (contract §1: the stage's own trace, and the trace lines the limit would cut). */
+  n = snprintf(line, sizeof line, "%s %d%s\n", token, status,
+               echo_command_at_execute || echo_input_at_read ? " x" : "");
   if (write(fd, line, (size_t)n) != n)
     _exit(99);
   close(fd);
@@ -405,6 +413,15 @@ static int run_forked(char *text) {
   return st;
 }
 
+/* The call was `a | tail -n N` (or `| head`) run as `( a )` (contract §1): what the script
+ * would hold after the real stage, which ends with status 0: PIPESTATUS `a`'s then 0, `$?` 0
+ * (`a`'s under pipefail). The reported status stays `a`'s (§1). */
+static void stage_stripped(int status) {
+  int ps[2] = {status, 0};
+  set_pipestatus_array(ps, 2);
+  last_command_exit_value = pipefail_opt ? status : 0;
+}
+
 static void run_call(char *payload, size_t len) {
   char *field[5];
   char *p = payload, *end = payload + len;
@@ -439,6 +456,8 @@ static void run_call(char *payload, size_t len) {
      * run nothing more ends too (the next call gets a fresh shell). */
     if (read_but_dont_execute)
       exit_shell(last_command_exit_value);
+    if (strchr(field[3], 't'))
+      stage_stripped(status);
   }
   unlink_fifo_list();
   unredirect();

@@ -38,6 +38,11 @@ pub trait OutputSink: Send {
     fn close_at(&self) -> Option<Instant> {
         None
     }
+    /// The command lost a `| head`/`| tail` stage after a lone other stage (contract §1): a
+    /// shell that can records the stage's status in PIPESTATUS and `$?` as bash would have.
+    fn lone_stage_stripped(&self) -> bool {
+        false
+    }
 }
 
 impl<F: FnMut(&[u8]) -> bool + Send> OutputSink for F {
