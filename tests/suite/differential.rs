@@ -445,9 +445,6 @@ async fn differential_corpus_pipe_path(shell: &'static str) {
     let b = bench_in(shell);
     let mut diffs = Differences::default();
     for &(command, flags) in CORPUS {
-        if super::sessions::pending(shell, command).is_some() {
-            continue;
-        }
         // A fresh session key per command: every command starts from the state `bash -c` has.
         let key = format!("diff-{}", KEYS.fetch_add(1, Ordering::Relaxed));
         let want = oracle(&b, command, flags);
@@ -469,10 +466,7 @@ async fn differential_corpus_one_session(shell: &'static str) {
         if stateful.iter().any(|s| command.contains(s)) || command.contains("exit") {
             continue;
         }
-        if super::sessions::pending(shell, command)
-            .or(super::sessions::pending_in_one_session(shell, command))
-            .is_some()
-        {
+        if super::sessions::pending_in_one_session(shell, command).is_some() {
             continue;
         }
         let r = run(&b, command, "one-session", false).await;
@@ -490,9 +484,6 @@ async fn differential_corpus_pty_path(shell: &'static str) {
     let cases: Vec<_> = CORPUS.iter().filter(|(_, f)| f & PTY != 0).collect();
     assert!(cases.len() >= 100, "{} PTY cases", cases.len());
     for &&(command, flags) in &cases {
-        if super::sessions::pending(shell, command).is_some() {
-            continue;
-        }
         // A PTY keeps a head-only stage (contract §1): then bash's own status is the one reported.
         let stripped = !b.normalize(command, true).rewrites.is_empty();
         let flags = if stripped { flags } else { flags & !PRODUCER };
@@ -511,9 +502,6 @@ async fn differential_sequences_keep_state_and_survive_errors(shell: &'static st
     let mut diffs = Differences::default();
     for (n, steps) in SEQUENCES.iter().enumerate() {
         let key = format!("seq-{n}");
-        if steps.iter().any(|s| super::sessions::pending(shell, s).is_some()) {
-            continue;
-        }
         for k in 0..steps.len() {
             // bash -c with the earlier steps run (output discarded) on the same line, each
             // through `eval`, then the step as written, as the session runs it.

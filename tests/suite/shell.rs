@@ -208,7 +208,7 @@ async fn shell_unterminated_constructs_fail_alone(shell: &str) {
     for cmd in
         ["echo 'x", "echo \"x", "echo `x", "echo $(x", "if true; then echo x", "echo a\necho \"b"]
     {
-        if super::sessions::pending(shell, cmd).is_some() {
+        if !sh.runs_calls() && super::sessions::old_bash_line_numbers(shell, cmd) {
             continue;
         }
         let (end, out) = run(&mut sh, cmd, None).await;
