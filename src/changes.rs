@@ -986,7 +986,10 @@ impl Receipts {
         // The error, and whether it turns receipts off for the project.
         let prepared = tokio::task::spawn_blocking(move || -> Result<_, (ChangesError, bool)> {
             let (mut exclude, mut user_file) = (exclude, user_file);
-            if !init {
+            // A store removed under us (its state directory deleted while an engine serves
+            // other backends) is made again, and its next snapshot is a first one.
+            let fresh = !init || !git.shadow.join("config").is_file();
+            if fresh {
                 let (excludes_file, info) = store::user_ignores(&git.bin, &git.root, is_git);
                 store::init(&git, excludes_file.as_deref()).map_err(|e| (e, true))?;
                 exclude = info;
@@ -1009,13 +1012,18 @@ impl Receipts {
             // compared here, so that the watch hears of new rules.
             #[allow(clippy::disallowed_methods)] // under spawn_blocking
             let user_rules = user_file.as_ref().and_then(|f| std::fs::read(f).ok());
-            Ok((flock, exclude, user_file, user_rules, rewritten))
+            Ok((flock, exclude, user_file, user_rules, rewritten, fresh))
         })
         .await?;
         match prepared {
-            Ok((flock, exclude, user_file, user_rules, rewritten)) => {
+            Ok((flock, exclude, user_file, user_rules, rewritten, fresh)) => {
                 if init && (rewritten || user_rules != guard.excludes_seen) {
                     guard.tracker.stale = true;
+                }
+                if init && fresh {
+                    tracing::info!(root = %project.git.root.display(), "the receipt store was removed: made again");
+                    guard.ready = false;
+                    guard.tracker = Tracker::default();
                 }
                 guard.init = true;
                 guard.project_exclude = exclude;

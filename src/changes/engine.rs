@@ -599,7 +599,9 @@ async fn serve_conn(engine: Arc<Engine>, stream: tokio::net::UnixStream) {
 pub async fn serve(socket: PathBuf) -> i32 {
     let paths = Paths::of_socket(&socket);
     let p = paths.clone();
-    let (lock, listener) = match tokio::task::spawn_blocking(move || listen_blocking(&p)).await {
+    let (lock, listener, ours) = match tokio::task::spawn_blocking(move || listen_blocking(&p))
+        .await
+    {
         Ok(Ok(up)) => up,
         Ok(Err(e)) => {
             tracing::warn!(socket = %paths.socket.display(), "receipt engine: cannot listen: {e}");
@@ -635,7 +637,7 @@ pub async fn serve(socket: PathBuf) -> i32 {
                 tokio::spawn(serve_conn(engine.clone(), stream));
             }
             () = idle(&engine) => {
-                if leave(&engine, &paths) {
+                if leave(&engine, &paths, ours) {
                     break;
                 }
             }
@@ -652,7 +654,7 @@ pub async fn serve(socket: PathBuf) -> i32 {
 #[allow(clippy::disallowed_methods)]
 fn listen_blocking(
     paths: &Paths,
-) -> std::io::Result<(std::fs::File, std::os::unix::net::UnixListener)> {
+) -> std::io::Result<(std::fs::File, std::os::unix::net::UnixListener, SocketId)> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let lock = flock_blocking(&paths.lock, true)?
@@ -663,7 +665,17 @@ fn listen_blocking(
     let listener = std::os::unix::net::UnixListener::bind(&paths.socket)?;
     // Private whatever the umask (contract §13), like every file of ours.
     std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))?;
-    Ok((lock, listener))
+    let ours = socket_id(&paths.socket).ok_or_else(|| std::io::Error::other("the socket went"))?;
+    Ok((lock, listener, ours))
+}
+
+/// A socket file's identity (device, inode): an engine leaves only the socket it made.
+type SocketId = (u64, u64);
+
+#[allow(clippy::disallowed_methods)] // one stat, under spawn_blocking or at exit
+fn socket_id(socket: &Path) -> Option<SocketId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(socket).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Says `ready` to the backend that started us, then lets go of its pipe.
@@ -695,9 +707,16 @@ async fn idle(engine: &Engine) {
 }
 
 /// Under the start lock (no client between connecting and its hello's answer), with still no
-/// client: removes the socket. `false`: someone is connecting, stay.
+/// client: removes the socket. `false`: someone is connecting, stay. An engine whose socket is
+/// no longer the one it made (its folder removed with the runtime base or a test's temporary
+/// folder, or the socket replaced by a client that found it stopped) can never be reached
+/// again: it leaves at once, touching nothing (it stayed for good before, one process per
+/// removed folder).
 #[allow(clippy::disallowed_methods)] // a non-blocking flock and an unlink, at exit
-fn leave(engine: &Engine, paths: &Paths) -> bool {
+fn leave(engine: &Engine, paths: &Paths, ours: SocketId) -> bool {
+    if socket_id(&paths.socket) != Some(ours) {
+        return true;
+    }
     let Ok(Some(_start)) = flock_blocking(&paths.start, false) else { return false };
     if engine.conns.load(Ordering::Acquire) != 0 {
         return false;
