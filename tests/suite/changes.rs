@@ -641,15 +641,7 @@ async fn changes_recover_from_a_backend_and_engine_killed_mid_snapshot() {
     let _lost =
         a.send(json!({"type": "tool_call", "cwd": cwd, "command": "echo lost > lost"})).await;
     heard(&inside).await;
-    let engines: Vec<PathBuf> = std::fs::read_dir(runtime.path())
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("agent-bash.engines-"))
-        .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten().map(|f| f.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
-        .collect();
-    assert_eq!(engines.len(), 1, "one engine for the project: {engines:?}");
-    let engine: i32 = std::fs::read_to_string(&engines[0]).unwrap().trim().parse().unwrap();
+    let engine = engine_pid(runtime.path());
     unsafe {
         libc::kill(engine, libc::SIGKILL);
         libc::kill(a.pid(), libc::SIGKILL);
@@ -670,4 +662,58 @@ async fn changes_recover_from_a_backend_and_engine_killed_mid_snapshot() {
     assert_eq!(u["success"], true, "{u}");
     assert!(project.path().join("one").exists() && !project.path().join("two").exists());
     b.stop().await;
+}
+
+/// The pid of the one receipt engine under the runtime base `runtime` (written in its lock).
+fn engine_pid(runtime: &Path) -> i32 {
+    let engines: Vec<PathBuf> = std::fs::read_dir(runtime)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("agent-bash.engines-"))
+        .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten().map(|f| f.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+        .collect();
+    assert_eq!(engines.len(), 1, "one engine for the project: {engines:?}");
+    std::fs::read_to_string(&engines[0]).unwrap().trim().parse().unwrap()
+}
+
+/// An engine outlives a backend that is SIGKILLed (other backends may be its clients); once
+/// its folder is removed too (the runtime base cleaned at logout, a test's temporary folder) it
+/// can never be reached again, and ends. It used to stay for good, one process per removed
+/// folder. Waited for on a pidfd, which becomes readable when the process ends.
+#[tokio::test]
+async fn changes_engine_ends_once_its_folder_is_gone() {
+    let (home, project, runtime) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let env = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap()),
+    ];
+    let mut a = Rpc::start_env(tempfile::tempdir().unwrap(), Some(CONFIG), &[], &env).await;
+    let cwd = project.path().to_str().unwrap();
+    let r = a.tool(json!({"cwd": cwd, "command": "echo 1 > one"})).await;
+    assert_eq!(r["changes"], json!([{"path": "one", "kind": "added"}]), "{r}");
+    let engine = engine_pid(runtime.path());
+    // SAFETY: pidfd_open on a pid we just read; the descriptor is ours to close.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, engine, 0) } as i32;
+    assert!(pidfd >= 0, "engine {engine}: {}", std::io::Error::last_os_error());
+    // SAFETY: the backend this test started.
+    unsafe { libc::kill(a.pid(), libc::SIGKILL) };
+    a.child.wait().await.unwrap();
+    drop(runtime);
+    // The engine looks 5 s (its linger) after its last client left; 30 s is ample.
+    let ended = tokio::task::spawn_blocking(move || {
+        let mut p = libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd we own, then its descriptor closed.
+        let n = unsafe { libc::poll(&mut p, 1, 30_000) };
+        unsafe { libc::close(pidfd) };
+        n == 1
+    })
+    .await
+    .unwrap();
+    if !ended {
+        // SAFETY: the engine this test started, left behind: do not leave it running.
+        unsafe { libc::kill(engine, libc::SIGKILL) };
+    }
+    assert!(ended, "the engine {engine} still runs 30 s after its folder was removed");
 }
