@@ -192,9 +192,13 @@ async fn pty_leftover_process_is_killed_soon_after_exit(shell: &str) {
     let name = shell.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
     let mark = format!("AGENT_BASH_TEST_LEFTOVER_{name}={}", std::process::id());
     // As asked: the job dies with the terminal's hangup, or is killed.
+    // Bounds far below the job's 100 s and far above what a loaded machine adds to the kill
+    // (the portable paths find the job in a `ps` walk: 0.56-0.59 s seen under a load of 8 on
+    // 2 cores, where 0.5 s was the bound).
+    let soon = Duration::from_secs(2);
     let t = Instant::now();
     let r = run(&rt, &format!("env {mark} sleep 100 & exit 0")).await;
-    assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+    assert!(t.elapsed() < soon, "{:?}", t.elapsed());
     assert_eq!(r.exit_code, Some(0));
     assert!(procs_with_env(&mark).is_empty());
     // A job that ignores the hangup keeps holding the terminal: it is killed after the grace.
@@ -204,10 +208,7 @@ async fn pty_leftover_process_is_killed_soon_after_exit(shell: &str) {
     let t = Instant::now();
     let r = run(&rt, &format!("trap '' HUP; env {mark} sh -c 'sleep 100 &'; exit 0")).await;
     let took = t.elapsed();
-    assert!(
-        took >= agent_bash::pty::LEFTOVER_GRACE && took < Duration::from_millis(500),
-        "{took:?}"
-    );
+    assert!(took >= agent_bash::pty::LEFTOVER_GRACE && took < soon, "{took:?}");
     assert_eq!(r.exit_code, Some(0));
     assert!(procs_with_env(&mark).is_empty());
 }
