@@ -680,7 +680,8 @@ fn engine_pid(runtime: &Path) -> i32 {
 /// An engine outlives a backend that is SIGKILLed (other backends may be its clients); once
 /// its folder is removed too (the runtime base cleaned at logout, a test's temporary folder) it
 /// can never be reached again, and ends. It used to stay for good, one process per removed
-/// folder. Waited for on a pidfd, which becomes readable when the process ends.
+/// folder. Waited for on a pidfd, which becomes readable when the process ends (Linux's).
+#[cfg(target_os = "linux")]
 #[tokio::test]
 async fn changes_engine_ends_once_its_folder_is_gone() {
     let (home, project, runtime) =
