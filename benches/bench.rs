@@ -40,6 +40,12 @@ fn row(name: &str, ours: String, base: String, ratio: f64, goal: &str) {
     println!("| {name} | {ours} | {base} | {ratio:.2}× | {goal} |");
 }
 
+/// A row of two medians in milliseconds and their ratio.
+fn row_ms(name: &str, ours: Duration, base: Duration, goal: &str) {
+    let ms = |d: Duration| format!("{:.3} ms", d.as_secs_f64() * 1e3);
+    row(name, ms(ours), ms(base), ours.as_secs_f64() / base.as_secs_f64(), goal);
+}
+
 fn mbps(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e6
 }
@@ -313,14 +319,7 @@ fn bench_rpc(runs: usize) {
             ours.push(rpc.round_trip(&format!("{cmd}{i}"), cmd));
             base.push(time_cmd(Command::new(base_argv[0]).args(&base_argv[1..])));
         }
-        let (o, b) = (median(ours), median(base));
-        row(
-            &format!("`{cmd}`"),
-            format!("{:.3} ms", o.as_secs_f64() * 1e3),
-            format!("{:.3} ms", b.as_secs_f64() * 1e3),
-            o.as_secs_f64() / b.as_secs_f64(),
-            goal,
-        );
+        row_ms(&format!("`{cmd}`"), median(ours), median(base), goal);
     }
     if let Some(other) = std::env::var_os(OTHER_BIN) {
         bench_rpc_against(&other.to_string_lossy(), runs);
@@ -351,14 +350,7 @@ fn bench_rpc_against(other: &str, runs: usize) {
             a.push(ours.round_trip(&format!("a{cmd}{i}"), cmd));
             b.push(theirs.round_trip(&format!("b{cmd}{i}"), cmd));
         }
-        let (a, b) = (median(a), median(b));
-        row(
-            &format!("`{cmd}`"),
-            format!("{:.3} ms", a.as_secs_f64() * 1e3),
-            format!("{:.3} ms", b.as_secs_f64() * 1e3),
-            a.as_secs_f64() / b.as_secs_f64(),
-            "within 5 % (1.05×)",
-        );
+        row_ms(&format!("`{cmd}`"), median(a), median(b), "within 5 % (1.05×)");
     }
 }
 
