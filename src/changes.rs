@@ -615,6 +615,7 @@ impl Receipts {
                     settings: self.settings.clone(),
                     state_root: self.base.parent().map(Path::to_path_buf).unwrap_or_default(),
                     own: self.own(),
+                    proof: None,
                 };
                 engine::Link::open(paths, hello).await
             }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::artifacts::ArtifactStore;
+use crate::changes::engine;
 use crate::display::{self, Display, StyledLine};
 use crate::fence::{Fence, SandboxMode};
 use crate::normalize::Normalized;
@@ -138,15 +139,17 @@ impl Runtime {
                 .unwrap_or_else(|| private_state_dir(&state_root)),
             None => shell::runtime_base(),
         };
-        // The projects' shared receipt engines (contract §13): in the first runtime base no
-        // fenced shell may write (one could otherwise plant a false engine).
+        // The projects' shared receipt engines (contract §13): by abstract name on Linux (a
+        // fenced shell can neither reach nor impersonate one, see `changes::engine`); else in
+        // the first runtime base no fenced shell may write (one could plant a false engine).
         let engines = match settings.changes.enabled {
+            true if engine::Spot::named().is_some() => engine::Spot::named(),
             true => shell::runtime_bases()
                 .into_iter()
                 .find(|b| {
                     widest.as_ref().is_none_or(|f| f.exposes(std::slice::from_ref(b)).is_none())
                 })
-                .and_then(|b| crate::changes::engine::Spot::at(&b)),
+                .and_then(|b| engine::Spot::at(&b)),
             false => None,
         };
         let runtime_dir = crate::shell::rundir::RunDir::create(&base)?;

@@ -22,8 +22,9 @@
 //!
 //! What Landlock does not fence (documented in the README): files opened before the fence (the
 //! inherited pipes and terminal), most ioctls on already-open files, rights the running kernel's
-//! ABI lacks (e.g. truncate before ABI 3, device ioctls before 5, network before 4), UDP and
-//! Unix sockets, and other users' processes (signals are not scoped).
+//! ABI lacks (e.g. truncate before ABI 3, device ioctls before 5, network before 4, the scope
+//! of abstract Unix sockets and signals before 6), UDP, Unix sockets with a file, and other
+//! users' processes.
 //!
 //! Off Linux (macOS), and on the portable paths (`AGENT_BASH_PORTABLE=1`), there is no fence:
 //! [`kernel_abi`] says why, and every fenced call is refused with [`UNSUPPORTED`] and the
@@ -35,7 +36,7 @@ use std::path::{Path, PathBuf};
 #[cfg(target_os = "linux")]
 use landlock::{
     path_beneath_rules, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, ABI,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
 
@@ -173,6 +174,9 @@ impl Fence {
             ruleset =
                 ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(err)?;
         }
+        // ABI 6: no connecting to abstract Unix sockets made outside the fence (the receipt
+        // engines are named there) and no signals to processes outside it.
+        ruleset = ruleset.scope(Scope::from_all(LATEST)).map_err(err)?;
         let writable =
             self.writable.iter().map(PathBuf::as_path).chain(DEVICES.iter().map(Path::new));
         let status = ruleset
@@ -280,6 +284,9 @@ pub fn kernel_abi() -> Result<i64, NoLandlock> {
 /// What `:checkhealth` says about the kernel's Landlock.
 pub fn kernel_support() -> String {
     match kernel_abi() {
+        Ok(abi) if abi < 6 => format!(
+            "Landlock ABI {abi} (before 6: fenced commands can signal your other processes and reach abstract Unix sockets, the receipt engines among them)"
+        ),
         Ok(abi) => format!("Landlock ABI {abi}"),
         Err(why) => format!("unavailable ({why})"),
     }

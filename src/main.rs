@@ -47,7 +47,7 @@ enum Mode {
     },
     /// Internal: the receipt engine of one project, shared by the user's backends.
     #[command(name = "__changes-engine", hide = true)]
-    ChangesEngine { socket: PathBuf },
+    ChangesEngine { socket: std::ffi::OsString },
 }
 
 #[allow(clippy::disallowed_methods)] // at start-up, before the runtime serves anything
@@ -87,7 +87,7 @@ fn run_async<F: std::future::Future<Output = agent_bash::Result<i32>>>(
 }
 
 /// Runs a project's receipt engine (one thread, like the backends) until it has no client.
-fn run_engine(socket: PathBuf) -> anyhow::Result<i32> {
+fn run_engine(socket: std::ffi::OsString) -> anyhow::Result<i32> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let code = rt.block_on(agent_bash::changes::engine::serve(socket));
     rt.shutdown_timeout(std::time::Duration::from_millis(100));

@@ -65,6 +65,11 @@ pub enum Ask {
         settings: ChangesSettings,
         state_root: PathBuf,
         own: Vec<PathBuf>,
+        /// Linux: the abstract name the client listens on; the engine connects to it before
+        /// answering, which a fenced process cannot do (Landlock's scope): the proof that the
+        /// engine is no fenced command squatting its name ([`Paths::Named`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<String>,
     },
     /// A run begins: its first snapshot. `paths`: their entries in it are answered (undo's
     /// check of what changed since).
@@ -101,32 +106,74 @@ pub enum Reply {
     },
 }
 
-/// Where the engines of this user live: a private directory of the runtime base.
+/// An engine of another protocol is another engine (its name differs).
+const PROTOCOL: u32 = 2;
+
+/// Where the engines of this user are found.
 #[derive(Debug, Clone)]
-pub struct Spot {
-    pub dir: PathBuf,
+pub enum Spot {
+    /// Linux: in the abstract socket namespace, by name. No file: nothing to plant, remove or
+    /// leave behind, and Landlock's scope (ABI 6) keeps fenced commands from connecting to a
+    /// socket made outside their fence.
+    Named,
+    /// A private directory of the runtime base holding socket files (macOS, the portable paths).
+    Dir(PathBuf),
 }
 
-/// The files of one engine: its socket, its lock (held for its life), the start lock.
+/// How one engine is reached.
 #[derive(Debug, Clone)]
-pub struct Paths {
-    pub socket: PathBuf,
-    pub lock: PathBuf,
-    pub start: PathBuf,
+pub enum Paths {
+    /// An abstract socket name (Linux).
+    Named(String),
+    /// Its socket file, its lock (held for its life) and the start lock.
+    Files { socket: PathBuf, lock: PathBuf, start: PathBuf },
 }
 
 impl Paths {
     /// The lock and start files beside a socket `<dir>/<key>.sock`.
     pub fn of_socket(socket: &Path) -> Paths {
-        Paths {
+        Paths::Files {
             socket: socket.to_path_buf(),
             lock: socket.with_extension("lock"),
             start: socket.with_extension("start"),
         }
     }
+
+    /// The engine subcommand's argument: `@<name>`, or the socket file.
+    pub fn arg(&self) -> std::ffi::OsString {
+        match self {
+            Paths::Named(name) => format!("@{name}").into(),
+            Paths::Files { socket, .. } => socket.clone().into_os_string(),
+        }
+    }
+
+    /// Back from [`Paths::arg`].
+    pub fn from_arg(arg: &std::ffi::OsStr) -> Paths {
+        match arg.to_str().and_then(|a| a.strip_prefix('@')) {
+            Some(name) => Paths::Named(name.to_string()),
+            None => Paths::of_socket(Path::new(arg)),
+        }
+    }
+
+    fn shown(&self) -> String {
+        match self {
+            Paths::Named(name) => format!("@{name}"),
+            Paths::Files { socket, .. } => socket.display().to_string(),
+        }
+    }
+}
+
+// SAFETY (both): geteuid cannot fail.
+fn our_uid() -> u32 {
+    unsafe { libc::geteuid() }
 }
 
 impl Spot {
+    /// Linux (not the portable paths): engines by abstract name. Elsewhere [`Spot::at`].
+    pub fn named() -> Option<Spot> {
+        (cfg!(target_os = "linux") && !crate::platform::portable()).then_some(Spot::Named)
+    }
+
     /// `<base>/agent-bash.engines-<uid>` (not `agent-bash-…`, the prefix of the backends' runtime
     /// directories, which sweeps remove), created private; `None` (the private path) when it
     /// is not ours alone (another user's, a link, wider than 0700) or cannot be made.
@@ -134,8 +181,7 @@ impl Spot {
     #[allow(clippy::disallowed_methods)]
     pub fn at(base: &Path) -> Option<Spot> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        // SAFETY: geteuid cannot fail.
-        let uid = unsafe { libc::geteuid() };
+        let uid = our_uid();
         let dir = base.join(format!("agent-bash.engines-{uid}"));
         match crate::shell::rundir::private_dir(&dir) {
             Ok(()) => {}
@@ -151,21 +197,29 @@ impl Spot {
             tracing::info!(dir = %dir.display(), "no shared receipt engines: the folder is not ours alone");
             return None;
         }
-        Some(Spot { dir })
+        Some(Spot::Dir(dir))
     }
 
-    /// The engine files of a project under given settings (different settings: another engine).
+    /// The engine of a project under given settings (different settings: another engine).
     pub fn paths(&self, root: &Path, settings: &ChangesSettings) -> Option<Paths> {
         use std::os::unix::ffi::OsStrExt;
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         let text = serde_json::to_vec(settings).ok()?;
-        for &b in root.as_os_str().as_bytes().iter().chain(b"\0").chain(&text) {
+        let version = PROTOCOL.to_le_bytes();
+        for &b in root.as_os_str().as_bytes().iter().chain(b"\0").chain(&text).chain(&version) {
             hash ^= u64::from(b);
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
-        let socket = self.dir.join(format!("{hash:016x}.sock"));
-        // sun_path holds 108 bytes with its NUL.
-        (socket.as_os_str().len() < 100).then(|| Paths::of_socket(&socket))
+        match self {
+            Spot::Named => {
+                Some(Paths::Named(format!("agent-bash.engine-{}-{hash:016x}", our_uid())))
+            }
+            Spot::Dir(dir) => {
+                let socket = dir.join(format!("{hash:016x}.sock"));
+                // sun_path holds 108 bytes with its NUL.
+                (socket.as_os_str().len() < 100).then(|| Paths::of_socket(&socket))
+            }
+        }
     }
 }
 
@@ -191,12 +245,10 @@ impl Link {
 
     /// Connects to the engine of `paths` (starting one when none answers) and says hello.
     pub async fn open(paths: Paths, hello: Ask) -> Result<Arc<Link>, ChangesError> {
-        let line = serde_json::to_vec(&Request { id: 0, ask: hello })
-            .map_err(|e| ChangesError::Engine(format!("cannot say hello: {e}")))?;
-        let (stream, reply) =
-            tokio::task::spawn_blocking(move || connect_blocking(&paths, &line)).await??;
-        let (shadow, pid) = match reply {
-            Reply::Hello { shadow, pid } => (shadow, pid),
+        let (stream, reply, pid) =
+            tokio::task::spawn_blocking(move || connect_blocking(&paths, hello)).await??;
+        let shadow = match reply {
+            Reply::Hello { shadow, .. } => shadow,
             Reply::Failed { reason } => return Err(ChangesError::Engine(reason)),
             other => return Err(ChangesError::Engine(format!("unexpected answer {other:?}"))),
         };
@@ -278,38 +330,221 @@ fn flock_blocking(file: &Path, wait: bool) -> std::io::Result<Option<std::fs::Fi
     }
 }
 
+type Connected = (std::os::unix::net::UnixStream, Reply, u32);
+
+fn failed(what: &str, e: std::io::Error) -> ChangesError {
+    ChangesError::Engine(format!("{what}: {e}"))
+}
+
+/// Connects (starting an engine when none answers), says hello and checks who answered: the
+/// engine's pid is the socket's peer (the answer's own `pid` is not trusted).
+// Blocking by name: runs under spawn_blocking (`Link::open`).
+fn connect_blocking(paths: &Paths, hello: Ask) -> Result<Connected, ChangesError> {
+    match paths {
+        #[cfg(target_os = "linux")]
+        Paths::Named(name) => {
+            // An engine on its way out closes connections it accepted meanwhile: try again.
+            for _ in 0..3 {
+                if let Some(up) = named::connect_blocking(paths, name, &hello)? {
+                    return Ok(up);
+                }
+            }
+            Err(ChangesError::Engine(format!("the receipt engine {name} kept closing")))
+        }
+        #[cfg(not(target_os = "linux"))]
+        Paths::Named(name) => {
+            Err(ChangesError::Engine(format!("no abstract sockets here for {name}")))
+        }
+        Paths::Files { socket, start, .. } => connect_file_blocking(paths, socket, start, &hello),
+    }
+}
+
+/// A request's line, newline-terminated.
+fn line_of(id: u64, ask: &Ask) -> Result<Vec<u8>, ChangesError> {
+    let mut line = serde_json::to_vec(&RequestRef { id, ask })
+        .map_err(|e| ChangesError::Engine(format!("cannot say hello: {e}")))?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+#[derive(Serialize)]
+struct RequestRef<'a> {
+    id: u64,
+    #[serde(flatten)]
+    ask: &'a Ask,
+}
+
+/// Says `line` and reads the one-line answer (`None`: the engine closed the connection).
+// Blocking by name.
+fn hello_blocking(
+    stream: &std::os::unix::net::UnixStream,
+    line: &[u8],
+) -> Result<Option<Reply>, ChangesError> {
+    use std::io::{BufRead, Write};
+    stream.set_read_timeout(Some(HELLO_WAIT)).map_err(|e| failed("socket", e))?;
+    if stream.try_clone().and_then(|mut s| s.write_all(line)).is_err() {
+        return Ok(None);
+    }
+    let mut answer = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut answer)
+        .map_err(|e| failed("no answer to hello", e))?;
+    if answer.is_empty() {
+        return Ok(None);
+    }
+    let r: Response = serde_json::from_str(&answer)
+        .map_err(|e| ChangesError::Engine(format!("bad answer to hello {answer:?}: {e}")))?;
+    stream.set_read_timeout(None).map_err(|e| failed("socket", e))?;
+    Ok(Some(r.reply))
+}
+
+/// The uid and pid of a Unix socket's other end, as the kernel recorded them.
+#[cfg(target_os = "linux")]
+fn peer(fd: &impl AsRawFd) -> std::io::Result<(u32, u32)> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a ucred of the given length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((cred.uid, cred.pid as u32))
+}
+
+/// The uid of a Unix socket's other end (no pid off Linux: 0).
+#[cfg(not(target_os = "linux"))]
+fn peer(fd: &impl AsRawFd) -> std::io::Result<(u32, u32)> {
+    let (mut uid, mut gid) = (0, 0);
+    // SAFETY: getpeereid fills two ids.
+    if unsafe { libc::getpeereid(fd.as_raw_fd(), &mut uid, &mut gid) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((uid, 0))
+}
+
+/// The other end is ours (the same user), or the error that says whose it is.
+fn same_user(fd: &impl AsRawFd, what: &str) -> Result<u32, ChangesError> {
+    let (uid, pid) =
+        peer(fd).map_err(|e| failed("cannot tell who holds the engine's socket", e))?;
+    if uid != our_uid() {
+        return Err(ChangesError::Engine(format!("{what} belongs to another user (uid {uid})")));
+    }
+    Ok(pid)
+}
+
+#[cfg(target_os = "linux")]
+mod named {
+    //! Engines by abstract name (Linux).
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+
+    use super::{failed, hello_blocking, line_of, same_user, Ask, ChangesError, Connected, Paths};
+
+    pub fn addr(name: &str) -> std::io::Result<SocketAddr> {
+        SocketAddr::from_abstract_name(name.as_bytes())
+    }
+
+    /// One attempt: connect (starting the engine when no one holds the name), prove, hello.
+    /// `None`: the engine closed the connection (it was leaving).
+    // Blocking by name: under spawn_blocking.
+    pub fn connect_blocking(
+        paths: &Paths,
+        name: &str,
+        hello: &Ask,
+    ) -> Result<Option<Connected>, ChangesError> {
+        let a = addr(name).map_err(|e| failed("bad engine name", e))?;
+        let stream = match UnixStream::connect_addr(&a) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                super::start_engine_blocking(paths)?;
+                UnixStream::connect_addr(&a)
+                    .map_err(|e| failed("cannot reach the new engine", e))?
+            }
+            Err(e) => return Err(failed("cannot reach the receipt engine", e)),
+        };
+        let pid = same_user(&stream, "the receipt engine's name")?;
+        // The proof: a name of ours the engine must connect to before it answers. A fenced
+        // command holding the engine's name cannot (Landlock scopes abstract sockets), nor can
+        // anyone but the process that listens on the engine's name (its pid is checked).
+        let proof_name = format!("agent-bash.proof-{}", crate::shell::local::nonce());
+        let proof = UnixListener::bind_addr(&addr(&proof_name).map_err(|e| failed("proof", e))?)
+            .map_err(|e| failed("cannot listen for the engine's proof", e))?;
+        proof.set_nonblocking(true).map_err(|e| failed("proof", e))?;
+        let Ask::Hello { root, is_git, settings, state_root, own, .. } = hello else {
+            return Err(ChangesError::Engine("a connection begins with hello".into()));
+        };
+        let ask = Ask::Hello {
+            root: root.clone(),
+            is_git: *is_git,
+            settings: settings.clone(),
+            state_root: state_root.clone(),
+            own: own.clone(),
+            proof: Some(proof_name),
+        };
+        let Some(reply) = hello_blocking(&stream, &line_of(0, &ask)?)? else { return Ok(None) };
+        let proven = match proof.accept() {
+            Ok((conn, _)) => same_user(&conn, "the engine's proof").is_ok_and(|p| p == pid),
+            Err(_) => false,
+        };
+        if !proven {
+            return Err(ChangesError::Engine(format!(
+                "the process {pid} holding the receipt engine's name did not prove it runs outside every fence (is a fenced command holding it?)"
+            )));
+        }
+        Ok(Some((stream, reply, pid)))
+    }
+
+    /// The engine's half of the proof: connect to the client's name.
+    // Blocking by name: one connect to a listening socket, under spawn_blocking.
+    pub fn prove_blocking(name: &str) {
+        if let Err(e) = addr(name).and_then(|a| UnixStream::connect_addr(&a)) {
+            tracing::info!("receipt engine: cannot give the proof to {name}: {e}");
+        }
+    }
+
+    /// Listens on `name`; `None` when another process holds it.
+    // Blocking by name: at the engine's start.
+    pub fn listen_blocking(name: &str) -> std::io::Result<Option<UnixListener>> {
+        match UnixListener::bind_addr(&addr(name)?) {
+            Ok(l) => Ok(Some(l)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// Under the start lock: connects (starting an engine when none answers) and says hello.
 // Blocking by name: runs under spawn_blocking (`Link::open`).
 #[allow(clippy::disallowed_methods)]
-fn connect_blocking(
+fn connect_file_blocking(
     paths: &Paths,
-    hello: &[u8],
-) -> Result<(std::os::unix::net::UnixStream, Reply), ChangesError> {
-    use std::io::{BufRead, Write};
+    socket: &Path,
+    start: &Path,
+    hello: &Ask,
+) -> Result<Connected, ChangesError> {
     use std::os::unix::net::UnixStream;
-    let fail = |what: &str, e: std::io::Error| ChangesError::Engine(format!("{what}: {e}"));
     let _start =
-        flock_blocking(&paths.start, true).map_err(|e| fail("cannot take the start lock", e))?;
-    let stream = match UnixStream::connect(&paths.socket) {
+        flock_blocking(start, true).map_err(|e| failed("cannot take the start lock", e))?;
+    let stream = match UnixStream::connect(socket) {
         Ok(s) => s,
         Err(_) => {
             start_engine_blocking(paths)?;
-            UnixStream::connect(&paths.socket)
-                .map_err(|e| fail("cannot reach the new engine", e))?
+            UnixStream::connect(socket).map_err(|e| failed("cannot reach the new engine", e))?
         }
     };
-    stream.set_read_timeout(Some(HELLO_WAIT)).map_err(|e| fail("socket", e))?;
-    let mut line = hello.to_vec();
-    line.push(b'\n');
-    (&stream).write_all(&line).map_err(|e| fail("cannot say hello", e))?;
-    let mut answer = String::new();
-    std::io::BufReader::new(&stream)
-        .read_line(&mut answer)
-        .map_err(|e| fail("no answer to hello", e))?;
-    let r: Response = serde_json::from_str(&answer)
-        .map_err(|e| ChangesError::Engine(format!("bad answer to hello {answer:?}: {e}")))?;
-    stream.set_read_timeout(None).map_err(|e| fail("socket", e))?;
-    Ok((stream, r.reply))
+    let pid = same_user(&stream, "the receipt engine's socket")?;
+    match hello_blocking(&stream, &line_of(0, hello)?)? {
+        Some(reply) => Ok((stream, reply, pid)),
+        None => Err(ChangesError::Engine("the receipt engine closed the connection".into())),
+    }
 }
 
 /// Starts an engine for `paths` and waits until it listens (it says `ready` on its stdout).
@@ -325,7 +560,7 @@ fn start_engine_blocking(paths: &Paths) -> Result<(), ChangesError> {
     }
     let mut cmd = std::process::Command::new(exe);
     cmd.arg(SUBCOMMAND)
-        .arg(&paths.socket)
+        .arg(paths.arg())
         .env_remove(crate::shell::procs::OWNER_VAR)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -345,7 +580,8 @@ fn start_engine_blocking(paths: &Paths) -> Result<(), ChangesError> {
         let _ = std::io::BufReader::new(out).read_line(&mut said);
     }
     match said.trim() {
-        "ready" => Ok(()),
+        // `taken`: another engine came first (by name); connecting finds it.
+        "ready" | "taken" => Ok(()),
         other => Err(ChangesError::Engine(format!("the receipt engine did not start ({other:?})"))),
     }
 }
@@ -522,9 +758,15 @@ impl Engine {
 
     /// The first hello names the project; every hello adds the client's own directories.
     async fn hello(&self, ask: Ask) -> Reply {
-        let Ask::Hello { root, is_git, settings, state_root, own } = ask else {
+        let Ask::Hello { root, is_git, settings, state_root, own, proof } = ask else {
             return not_introduced();
         };
+        #[cfg(target_os = "linux")]
+        if let Some(name) = proof {
+            let _ = tokio::task::spawn_blocking(move || named::prove_blocking(&name)).await;
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = proof;
         let served = self
             .served
             .get_or_init(|| async {
@@ -594,32 +836,44 @@ async fn serve_conn(engine: Arc<Engine>, stream: tokio::net::UnixStream) {
     }
 }
 
-/// Runs an engine on `socket` until it has had no client for [`LINGER`]. Returns the exit
-/// status.
-pub async fn serve(socket: PathBuf) -> i32 {
-    let paths = Paths::of_socket(&socket);
+/// How an engine listens: by name (nothing to clean up), or on a socket file it owns.
+enum Listening {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    Named,
+    /// `_lock`: held for the engine's life.
+    File { _lock: std::fs::File, ours: SocketId },
+}
+
+/// Runs an engine reached by `arg` ([`Paths::arg`]) until it has had no client for
+/// [`LINGER`]. Returns the exit status.
+pub async fn serve(arg: std::ffi::OsString) -> i32 {
+    let paths = Paths::from_arg(&arg);
     let p = paths.clone();
-    let (lock, listener, ours) = match tokio::task::spawn_blocking(move || listen_blocking(&p))
-        .await
-    {
-        Ok(Ok(up)) => up,
+    let up = match tokio::task::spawn_blocking(move || listen_any_blocking(&p)).await {
+        Ok(Ok(Some(up))) => up,
+        Ok(Ok(None)) => {
+            // Another engine holds the name: the client that started us connects to it.
+            say(b"taken\n");
+            return 0;
+        }
         Ok(Err(e)) => {
-            tracing::warn!(socket = %paths.socket.display(), "receipt engine: cannot listen: {e}");
+            tracing::warn!(engine = %paths.shown(), "receipt engine: cannot listen: {e}");
             return 1;
         }
         Err(_) => return 1,
     };
+    let (listener, how) = up;
     let listener = match listener
         .set_nonblocking(true)
         .and_then(|()| tokio::net::UnixListener::from_std(listener))
     {
         Ok(l) => l,
         Err(e) => {
-            tracing::warn!(socket = %paths.socket.display(), "receipt engine: cannot listen: {e}");
+            tracing::warn!(engine = %paths.shown(), "receipt engine: cannot listen: {e}");
             return 1;
         }
     };
-    say_ready();
+    say(b"ready\n");
     let engine = Arc::new(Engine {
         served: tokio::sync::OnceCell::new(),
         snap: tokio::sync::Mutex::new(None),
@@ -633,19 +887,48 @@ pub async fn serve(socket: PathBuf) -> i32 {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                // Only the user's own processes are served (an abstract name has no file
+                // permissions; another user's connection is closed unanswered).
+                match stream.peer_cred() {
+                    Ok(c) if c.uid() == our_uid() => {}
+                    other => {
+                        tracing::warn!("receipt engine: refused a connection of {other:?}");
+                        continue;
+                    }
+                }
                 engine.conns.fetch_add(1, Ordering::AcqRel);
                 tokio::spawn(serve_conn(engine.clone(), stream));
             }
             () = idle(&engine) => {
-                if leave(&engine, &paths, ours) {
+                let leaving = match &how {
+                    Listening::Named => true,
+                    Listening::File { ours, .. } => leave(&engine, &paths, *ours),
+                };
+                if leaving {
                     break;
                 }
             }
         }
     }
-    tracing::debug!(socket = %paths.socket.display(), "receipt engine: no client left, exiting");
-    drop(lock);
+    tracing::debug!(engine = %paths.shown(), "receipt engine: no client left, exiting");
+    drop(how);
     0
+}
+
+/// Listens by name or on the socket file; `None`: another engine holds the name.
+fn listen_any_blocking(
+    paths: &Paths,
+) -> std::io::Result<Option<(std::os::unix::net::UnixListener, Listening)>> {
+    match paths {
+        #[cfg(target_os = "linux")]
+        Paths::Named(name) => Ok(named::listen_blocking(name)?.map(|l| (l, Listening::Named))),
+        #[cfg(not(target_os = "linux"))]
+        Paths::Named(_) => Err(std::io::Error::other("no abstract sockets here")),
+        Paths::Files { socket, lock, .. } => {
+            let (lock, listener, ours) = listen_blocking(socket, lock)?;
+            Ok(Some((listener, Listening::File { _lock: lock, ours })))
+        }
+    }
 }
 
 /// Takes the engine's lock (an engine on its way out still holds it for a moment) and writes
@@ -653,19 +936,20 @@ pub async fn serve(socket: PathBuf) -> i32 {
 // Blocking by name: under spawn_blocking, once, at the engine's start.
 #[allow(clippy::disallowed_methods)]
 fn listen_blocking(
-    paths: &Paths,
+    socket: &Path,
+    lock: &Path,
 ) -> std::io::Result<(std::fs::File, std::os::unix::net::UnixListener, SocketId)> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
-    let lock = flock_blocking(&paths.lock, true)?
+    let lock = flock_blocking(lock, true)?
         .ok_or_else(|| std::io::Error::other("the engine's lock is taken"))?;
     lock.set_len(0)?;
     (&lock).write_all(format!("{}\n", std::process::id()).as_bytes())?;
-    let _ = std::fs::remove_file(&paths.socket);
-    let listener = std::os::unix::net::UnixListener::bind(&paths.socket)?;
+    let _ = std::fs::remove_file(socket);
+    let listener = std::os::unix::net::UnixListener::bind(socket)?;
     // Private whatever the umask (contract §13), like every file of ours.
-    std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))?;
-    let ours = socket_id(&paths.socket).ok_or_else(|| std::io::Error::other("the socket went"))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
+    let ours = socket_id(socket).ok_or_else(|| std::io::Error::other("the socket went"))?;
     Ok((lock, listener, ours))
 }
 
@@ -678,12 +962,12 @@ fn socket_id(socket: &Path) -> Option<SocketId> {
     std::fs::symlink_metadata(socket).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Says `ready` to the backend that started us, then lets go of its pipe.
+/// Says `ready` (or `taken`) to the backend that started us, then lets go of its pipe.
 #[allow(clippy::disallowed_methods)] // once, at the engine's start
-fn say_ready() {
+fn say(what: &[u8]) {
     use std::io::Write;
     let mut out = std::io::stdout();
-    let _ = out.write_all(b"ready\n");
+    let _ = out.write_all(what);
     let _ = out.flush();
     if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
         // SAFETY: dup2 onto our own stdout.
@@ -714,14 +998,15 @@ async fn idle(engine: &Engine) {
 /// removed folder).
 #[allow(clippy::disallowed_methods)] // a non-blocking flock and an unlink, at exit
 fn leave(engine: &Engine, paths: &Paths, ours: SocketId) -> bool {
-    if socket_id(&paths.socket) != Some(ours) {
+    let Paths::Files { socket, start, .. } = paths else { return true };
+    if socket_id(socket) != Some(ours) {
         return true;
     }
-    let Ok(Some(_start)) = flock_blocking(&paths.start, false) else { return false };
+    let Ok(Some(_start)) = flock_blocking(start, false) else { return false };
     if engine.conns.load(Ordering::Acquire) != 0 {
         return false;
     }
-    let _ = std::fs::remove_file(&paths.socket);
+    let _ = std::fs::remove_file(socket);
     true
 }
 

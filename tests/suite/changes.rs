@@ -602,8 +602,8 @@ async fn changes_of_runs_overlapping_in_two_backends_are_marked_and_undo_refuses
 
 /// A backend and the project's receipt engine are SIGKILLed while the engine's `git add` is in
 /// the middle of a snapshot (a `changes.git` wrapper holds it there, with `index.lock` taken as
-/// git takes it); that git then finishes on its own. A new backend with the same state finds the
-/// killed engine's socket stale, starts another, and its receipts are exact.
+/// git takes it); that git then finishes on its own. A new backend with the same state starts
+/// another engine (the killed one's name went with it), and its receipts are exact.
 #[tokio::test]
 async fn changes_recover_from_a_backend_and_engine_killed_mid_snapshot() {
     let (home, project, sync, runtime) = (
@@ -664,23 +664,30 @@ async fn changes_recover_from_a_backend_and_engine_killed_mid_snapshot() {
     b.stop().await;
 }
 
-/// The pid of the one receipt engine under the runtime base `runtime` (written in its lock).
+/// The pid of the one receipt engine started by backends whose `XDG_RUNTIME_DIR` is `runtime`
+/// (an engine keeps the environment of the backend that started it).
 fn engine_pid(runtime: &Path) -> i32 {
-    let engines: Vec<PathBuf> = std::fs::read_dir(runtime)
+    let mark = format!("XDG_RUNTIME_DIR={}", runtime.display()).into_bytes();
+    let engines: Vec<i32> = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("agent-bash.engines-"))
-        .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten().map(|f| f.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let read =
+                |what: &str| std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default();
+            let cmdline = read("cmdline");
+            cmdline.split(|&b| b == 0).any(|a| a == b"__changes-engine")
+                && read("environ").split(|&b| b == 0).any(|v| v == mark)
+        })
         .collect();
     assert_eq!(engines.len(), 1, "one engine for the project: {engines:?}");
-    std::fs::read_to_string(&engines[0]).unwrap().trim().parse().unwrap()
+    engines[0]
 }
 
-/// An engine outlives a backend that is SIGKILLed (other backends may be its clients); once
-/// its folder is removed too (the runtime base cleaned at logout, a test's temporary folder) it
-/// can never be reached again, and ends. It used to stay for good, one process per removed
-/// folder. Waited for on a pidfd, which becomes readable when the process ends (Linux's).
+/// An engine outlives a backend that is SIGKILLed (other backends may be its clients) by its
+/// linger, then ends, its folder removed too (the runtime base cleaned at logout, a test's
+/// temporary folder). It used to stay for good, one process per removed folder. Waited for on
+/// a pidfd, which becomes readable when the process ends (Linux's).
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn changes_engine_ends_once_its_folder_is_gone() {
@@ -717,4 +724,216 @@ async fn changes_engine_ends_once_its_folder_is_gone() {
         unsafe { libc::kill(engine, libc::SIGKILL) };
     }
     assert!(ended, "the engine {engine} still runs 30 s after its folder was removed");
+}
+
+/// The Python a fenced command runs in the attacks below: `reach` connects to every receipt
+/// engine it can find (abstract names listed in /proc/net/unix, socket files under `$ENGINES`)
+/// and holds a run of its own open in each; `squat` holds the names an engine of the project
+/// would take (computed from the public naming: FNV-1a of the root, the settings as JSON and,
+/// since names are abstract, the protocol) before any engine runs, and answers as an engine
+/// with a forged receipt. Each tells the test through `ready`, then waits for `go`.
+#[cfg(target_os = "linux")]
+const ATTACK: &str = r#"
+import glob, json, os, socket, sys, threading
+mode, root, settings, ready, go, log = sys.argv[1:7]
+out = open(log, "a", buffering=1)
+def fnv(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    return h
+def lines(conn):
+    f = conn.makefile("rwb", buffering=0)
+    return f, iter(f.readline, b"")
+held = []
+if mode == "reach":
+    places = []
+    for row in open("/proc/net/unix").read().splitlines()[1:]:
+        cols = row.split()
+        if len(cols) >= 8 and cols[7].startswith("@agent-bash.engine-"):
+            places.append("\0" + cols[7][1:])
+    places += glob.glob(os.environ["ENGINES"] + "/*/*.sock")
+    for place in places:
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(place)
+        except OSError as e:
+            out.write("refused %r errno %d\n" % (place, e.errno))
+            continue
+        f, _ = lines(s)
+        hello = {"id": 0, "ask": "hello", "root": root, "is_git": False,
+                 "settings": json.loads(settings), "state_root": "/nonexistent", "own": []}
+        f.write((json.dumps(hello) + "\n").encode())
+        out.write("hello %r %s\n" % (place, f.readline().decode().strip()))
+        f.write(b'{"id":1,"ask":"begin","paths":[]}\n')
+        out.write("begin %s\n" % f.readline().decode().strip())
+        held.append(s)
+else:
+    key = root.encode() + b"\0" + settings.encode()
+    uid = os.geteuid()
+    names = ["\0agent-bash.engine-%d-%016x" % (uid, fnv(key + (2).to_bytes(4, "little"))),
+             "/dev/shm/agent-bash.engines-%d/%016x.sock" % (uid, fnv(key))]
+    def serve(conn):
+        f, it = lines(conn)
+        for line in it:
+            ask = json.loads(line)
+            out.write("asked %s\n" % ask["ask"])
+            reply = {"hello": {"reply": "hello", "shadow": "/nonexistent", "pid": 1},
+                     "begin": {"reply": "begun", "run": 7, "entries": []},
+                     "end": {"reply": "ended", "deltas": [{"path": list(b"forged.txt"),
+                             "before": None, "after": {"mode": 33188, "oid": [1] * 20, "size": 3}}]},
+                     }[ask["ask"]]
+            reply["id"] = ask["id"]
+            f.write((json.dumps(reply) + "\n").encode())
+    def accept(s):
+        while True:
+            conn, _ = s.accept()
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    for name in names:
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.bind(name)
+            s.listen(8)
+        except OSError as e:
+            out.write("cannot hold %r: %s\n" % (name, e))
+            continue
+        out.write("holding %r\n" % name)
+        held.append(s)
+        threading.Thread(target=accept, args=(s,), daemon=True).start()
+open(ready, "w").write("x\n")
+open(go).read()
+"#;
+
+/// The portable paths (`AGENT_BASH_PORTABLE=1`, `make test`'s second run) have no fence: the
+/// attacks on it run in the first.
+#[cfg(target_os = "linux")]
+fn portable() -> bool {
+    std::env::var("AGENT_BASH_PORTABLE").as_deref() == Ok("1")
+}
+
+/// The interpreter itself (not a shim that may look at `$HOME`).
+#[cfg(target_os = "linux")]
+fn python() -> String {
+    let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output();
+    String::from_utf8(out.unwrap().stdout).unwrap().trim().to_string()
+}
+
+/// A fenced backend (workspace-write in `project`, receipts off so that none of its own runs
+/// overlaps the victim's) whose one call runs [`ATTACK`] in `mode` and waits for `go`.
+#[cfg(target_os = "linux")]
+async fn attacker(
+    project: &Path,
+    sync: &Path,
+    mode: &str,
+    env: &[(&str, &str)],
+) -> (Rpc, String, PathBuf, PathBuf) {
+    let root = project.canonicalize().unwrap();
+    let config = format!(
+        "sandbox = \"workspace-write\"\nsandbox_root = {:?}\n[changes]\nenabled = false\n",
+        root.to_str().unwrap()
+    );
+    // Its state outside the temp dir, which the fence lets commands write.
+    let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut a = Rpc::start_env(state, Some(&config), &[], env).await;
+    let (ready, go, log) = (fifo(&sync.join("ready")), fifo(&sync.join("go")), sync.join("log"));
+    let settings =
+        agent_bash::changes::ChangesSettings { max_snapshot_ms: 60000, ..Default::default() };
+    let script = sync.join("attack.py");
+    write(&script, ATTACK);
+    let command = format!(
+        "{} {} {mode} {:?} '{}' {} {} {}",
+        python(),
+        script.display(),
+        root.to_str().unwrap(),
+        serde_json::to_string(&settings).unwrap(),
+        ready.display(),
+        go.display(),
+        log.display()
+    );
+    let id = a.send(json!({"type": "tool_call", "cwd": root, "command": command})).await;
+    tokio::select! {
+        () = heard(&ready) => {}
+        r = a.response(&id) => {
+            release(&ready).await;
+            panic!("the attack ended before it was ready: {r}");
+        }
+    }
+    (a, id, go, log)
+}
+
+/// Attack (fenced command → the receipt engine): a fenced command connects to the project's
+/// engine and holds a run of its own open while another backend's command writes a file. That
+/// receipt came back with the file marked as overlapping, and its undo was refused: a fenced
+/// agent could deny the user's undo. Engines are now named in the abstract namespace, which
+/// Landlock's scope closes to fenced commands: the connection is refused and the receipt is
+/// exact and undone.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_fenced_command_cannot_reach_the_receipt_engine() {
+    if portable() {
+        return;
+    }
+    let (home, project, sync, runtime) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap(),
+    );
+    write(&project.path().join("base.txt"), "base\n");
+    let cwd = project.path().to_str().unwrap();
+    let env = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap()),
+        ("ENGINES", runtime.path().to_str().unwrap()),
+    ];
+    let mut v = Rpc::start_env(tempfile::tempdir().unwrap(), Some(CONFIG), &[], &env).await;
+    let r = v.tool(json!({"cwd": cwd, "command": "echo 1 > one"})).await;
+    assert_eq!(r["changes"], json!([{"path": "one", "kind": "added"}]), "{r}");
+
+    let (mut a, id, go, log) = attacker(project.path(), sync.path(), "reach", &env).await;
+    let r = v.tool(json!({"cwd": cwd, "command": "echo v > victim.txt"})).await;
+    release(&go).await;
+    let done = a.response(&id).await;
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(changes_with_overlap(&r), [("victim.txt".to_string(), false)], "{r}\n{said}");
+    let u = undo(&mut v, r["changesId"].as_u64()).await;
+    assert_eq!(u["success"], true, "{u}\n{said}");
+    assert!(!project.path().join("victim.txt").exists());
+    assert!(said.contains("refused") && !said.contains("begin"), "{said}\n{done}");
+    a.stop().await;
+    v.stop().await;
+}
+
+/// Attack (fenced command → an unfenced backend): before any engine of the project runs, a
+/// fenced command takes the place the engine would listen on (a socket file in `/dev/shm`,
+/// which every fence may write, when there is no `XDG_RUNTIME_DIR`) and answers as the
+/// engine. The unfenced backend's receipt listed a file the command never touched
+/// (`forged.txt`), and its undo would read contents from a store the attacker named. Now the
+/// backend asks an engine to prove it runs outside every fence (it must connect to a name of
+/// the backend's, which Landlock's scope forbids a fenced process), finds the squatter cannot,
+/// and takes receipts itself: exact.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_fenced_command_cannot_pose_as_the_receipt_engine() {
+    if portable() {
+        return;
+    }
+    let (home, project, sync) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(&project.path().join("base.txt"), "base\n");
+    let cwd = project.path().to_str().unwrap();
+    let env = [("HOME", home.path().to_str().unwrap()), ("XDG_RUNTIME_DIR", "")];
+    let mut v = Rpc::start_env(tempfile::tempdir().unwrap(), Some(CONFIG), &[], &env).await;
+    let (mut a, id, go, log) = attacker(project.path(), sync.path(), "squat", &env).await;
+    let r = v.tool(json!({"cwd": cwd, "command": "echo 1 > one"})).await;
+    release(&go).await;
+    let done = a.response(&id).await;
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("asked hello"), "the squatter was not asked: {said}\n{done}");
+    assert_eq!(r["changes"], json!([{"path": "one", "kind": "added"}]), "{r}\n{said}");
+    let u = undo(&mut v, r["changesId"].as_u64()).await;
+    assert_eq!(u["success"], true, "{u}\n{said}");
+    assert!(!project.path().join("one").exists());
+    a.stop().await;
+    v.stop().await;
 }
