@@ -575,6 +575,8 @@ fn start_engine_blocking(paths: &Paths) -> Result<(), ChangesError> {
     }
     // Not owned: the backend's reaper of adopted children takes its exit status.
     let mut child = cmd.spawn().map_err(|e| fail("cannot start the receipt engine", e))?;
+    // It serves other backends and lingers after this one: no shutdown sweep of ours kills it.
+    crate::shell::procs::spare(child.id());
     let mut said = String::new();
     if let Some(out) = child.stdout.take() {
         let _ = std::io::BufReader::new(out).read_line(&mut said);

@@ -263,7 +263,21 @@ fn untouchable() -> HashSet<i32> {
     if w > 0 {
         set.insert(w);
     }
+    set.extend(spared().lock().map(|s| s.clone()).unwrap_or_default());
     set
+}
+
+fn spared() -> &'static Mutex<HashSet<i32>> {
+    static SPARED: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
+    SPARED.get_or_init(Mutex::default)
+}
+
+/// A child of ours that serves others and outlives us (a project's receipt engine): never
+/// killed as an orphan by [`sweep`] when the backend shuts down.
+pub fn spare(pid: u32) {
+    if let Ok(mut s) = spared().lock() {
+        s.insert(pid as i32);
+    }
 }
 
 fn signal_all(procs: &[ProcInfo], sig: i32) {

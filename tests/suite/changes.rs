@@ -684,6 +684,35 @@ fn engine_pid(runtime: &Path) -> i32 {
     engines[0]
 }
 
+/// An engine outlives a backend that ends normally (an `exec`, an MCP server closed by its
+/// client) and serves the next backend of the project: one engine, its watch and snapshots kept.
+/// The backend's shutdown sweep killed it as an orphan of its own before (SIGTERM), so every
+/// short-lived backend started a new engine and a full first snapshot.
+#[tokio::test]
+async fn changes_engine_outlives_a_backend_that_ends_and_serves_the_next() {
+    let (home, project, runtime) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let env = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap()),
+    ];
+    let cwd = project.path().to_str().unwrap();
+    let mut a = Rpc::start_env(tempfile::tempdir().unwrap(), Some(CONFIG), &[], &env).await;
+    let r = a.tool(json!({"cwd": cwd, "command": "echo 1 > one"})).await;
+    assert_eq!(r["changes"], json!([{"path": "one", "kind": "added"}]), "{r}");
+    let engine = engine_pid(runtime.path());
+    let state = a.stop().await;
+    assert!(
+        Path::new(&format!("/proc/{engine}")).exists(),
+        "the engine {engine} ended with the backend that started it"
+    );
+    let mut b = Rpc::start_env(state, Some(CONFIG), &[], &env).await;
+    let r = b.tool(json!({"cwd": cwd, "command": "echo 2 > two"})).await;
+    assert_eq!(r["changes"], json!([{"path": "two", "kind": "added"}]), "{r}");
+    assert_eq!(engine_pid(runtime.path()), engine, "the next backend took the same engine");
+    b.stop().await;
+}
+
 /// An engine outlives a backend that is SIGKILLed (other backends may be its clients) by its
 /// linger, then ends, its folder removed too (the runtime base cleaned at logout, a test's
 /// temporary folder). It used to stay for good, one process per removed folder. Waited for on
