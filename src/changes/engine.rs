@@ -380,17 +380,20 @@ fn hello_blocking(
     stream: &std::os::unix::net::UnixStream,
     line: &[u8],
 ) -> Result<Option<Reply>, ChangesError> {
-    use std::io::{BufRead, Write};
+    use std::io::{BufRead, ErrorKind, Write};
     stream.set_read_timeout(Some(HELLO_WAIT)).map_err(|e| failed("socket", e))?;
     if stream.try_clone().and_then(|mut s| s.write_all(line)).is_err() {
         return Ok(None);
     }
     let mut answer = String::new();
-    std::io::BufReader::new(stream)
-        .read_line(&mut answer)
-        .map_err(|e| failed("no answer to hello", e))?;
-    if answer.is_empty() {
-        return Ok(None);
+    match std::io::BufReader::new(stream).read_line(&mut answer) {
+        Ok(0) => return Ok(None),
+        Ok(_) => {}
+        // Closed unanswered (an engine on its way out).
+        Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(failed("no answer to hello", e)),
     }
     let r: Response = serde_json::from_str(&answer)
         .map_err(|e| ChangesError::Engine(format!("bad answer to hello {answer:?}: {e}")))?;
