@@ -24,6 +24,8 @@ pub mod store;
 pub mod watch;
 // The shared receipt engine (a process of its own) and backends' connections to it.
 pub mod engine;
+// Whether a project's receipts are ready, and how far its first snapshot has got.
+pub mod status;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -36,6 +38,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::OwnedMutexGuard;
 
 pub use error::ChangesError;
+pub use status::{Hashed, ProjectStatus, Readiness};
 use store::{Delta, Entry, Git, Tree};
 
 /// Changed paths a result lists; `changes_count` has the total.
@@ -48,6 +51,8 @@ pub const KEEP_RECORDS: usize = 1000;
 pub const DEFAULT_MAX_FILES: u64 = 500_000;
 /// The longest a first snapshot may go on in the background.
 pub const FIRST_SNAPSHOT_MAX: Duration = Duration::from_secs(30);
+/// How long a status request waits for a project whose snapshot is being taken (then: busy).
+const STATUS_WAIT: Duration = Duration::from_millis(100);
 
 /// `[changes]` settings.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -181,6 +186,9 @@ pub enum Receipt {
     Off,
     /// No receipt for this run, and why (`changes_unavailable`).
     Unavailable(String),
+    /// No receipt: the first snapshot of the project at `root` is being taken (`reason` says
+    /// how far it has got).
+    Indexing { root: PathBuf, reason: String },
     /// The changed paths (at most [`MAX_REPORTED`]), how many changed, and the id `undo` takes
     /// (present when something changed).
     Taken { changes: Vec<Change>, count: usize, id: Option<u64> },
@@ -225,6 +233,11 @@ pub enum Begin {
     /// Receipts are turned off, or the command will not run.
     Off,
     Unavailable(String),
+    /// The project's first snapshot is being taken (see [`Receipt::Indexing`]).
+    Indexing {
+        root: PathBuf,
+        reason: String,
+    },
     Taken {
         project: Arc<Project>,
         before: Arc<Tree>,
@@ -318,6 +331,8 @@ pub struct Project {
     state: Arc<tokio::sync::Mutex<State>>,
     /// A first snapshot is going on in the background: no need to wait for the lock.
     indexing: AtomicBool,
+    /// How far the first snapshot has got.
+    progress: Arc<status::Progress>,
 }
 
 #[derive(Debug, Default)]
@@ -517,6 +532,60 @@ impl Receipts {
         self.settings.enabled && self.settings.watch && !crate::platform::portable()
     }
 
+    /// Every project this backend has taken receipts in, and whether they are ready: asked of
+    /// the project's engine, or of this backend's own snapshots (`:checkhealth`, the card's
+    /// note of a run whose first snapshot was still being taken).
+    pub async fn status(&self) -> Vec<ProjectStatus> {
+        // A connection being opened holds the map: asked again, the project is there.
+        let links: Vec<(PathBuf, Arc<engine::Link>)> = match self.links.try_lock() {
+            Ok(links) => links
+                .iter()
+                .filter_map(|(root, link)| Some((root.clone(), link.clone()?)))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let mut out = Vec::new();
+        for (root, link) in links {
+            let readiness = match link.alive() {
+                // The next run there connects again (starting an engine when none runs).
+                false => Readiness::Waiting,
+                true => match link.ask(engine::Ask::Status).await {
+                    Ok(engine::Reply::Status { readiness }) => readiness,
+                    Ok(engine::Reply::Failed { reason }) => Readiness::Off { reason },
+                    Ok(other) => {
+                        Readiness::Off { reason: format!("the receipt engine answered {other:?}") }
+                    }
+                    Err(e) => Readiness::Off { reason: e.to_string() },
+                },
+            };
+            out.push(ProjectStatus::new(root, Some(link.pid), readiness));
+        }
+        let own: Vec<Arc<Project>> =
+            self.projects.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for project in own {
+            let readiness = self.readiness(&project).await;
+            out.push(ProjectStatus::new(project.git.root.clone(), None, readiness));
+        }
+        out.sort_by(|a, b| a.root.cmp(&b.root));
+        out
+    }
+
+    /// Whether `project`'s receipts are ready, from its own state (never waiting long for a
+    /// snapshot being taken).
+    async fn readiness(&self, project: &Project) -> Readiness {
+        if project.indexing.load(Ordering::Acquire) {
+            return Readiness::indexing(project.progress.now());
+        }
+        let Ok(state) = tokio::time::timeout(STATUS_WAIT, project.state.lock()).await else {
+            return Readiness::Busy;
+        };
+        match (&state.off, state.ready) {
+            (Some(reason), _) => Readiness::Off { reason: reason.clone() },
+            (None, true) => Readiness::Ready { files: project.progress.files() },
+            (None, false) => Readiness::Waiting,
+        }
+    }
+
     fn bin(&self) -> PathBuf {
         self.settings.git.clone().unwrap_or_else(|| PathBuf::from("git"))
     }
@@ -535,6 +604,7 @@ impl Receipts {
                     is_git,
                     state: Arc::default(),
                     indexing: AtomicBool::new(false),
+                    progress: Arc::default(),
                 })
             })
             .clone()
@@ -555,6 +625,7 @@ impl Receipts {
                     let git = Git { bin: self.bin(), shadow: link.shadow.clone(), root };
                     Begin::Shared { link, run, git }
                 }
+                Ok(engine::Reply::Indexing { reason }) => Begin::Indexing { root, reason },
                 Ok(engine::Reply::Failed { reason }) => Begin::Unavailable(reason),
                 Ok(other) => Begin::Unavailable(format!("the receipt engine answered {other:?}")),
                 Err(e) => Begin::Unavailable(e.to_string()),
@@ -565,6 +636,9 @@ impl Receipts {
             Ok((held, before)) => {
                 drop(held);
                 Begin::Taken { project, before }
+            }
+            Err(reason) if reason.is_indexing() => {
+                Begin::Indexing { root: project.git.root.clone(), reason: reason.to_string() }
             }
             Err(reason) => Begin::Unavailable(reason.to_string()),
         }
@@ -640,6 +714,7 @@ impl Receipts {
         let (project, before) = match begin {
             Begin::Off => return Receipt::Off,
             Begin::Unavailable(reason) => return Receipt::Unavailable(reason),
+            Begin::Indexing { root, reason } => return Receipt::Indexing { root, reason },
             Begin::Taken { project, before } => (project, before),
             Begin::Shared { link, run, git } => {
                 return match end_shared(&link, run).await {
@@ -856,10 +931,10 @@ impl Receipts {
             Plan::Paths(specs) => Some(specs),
             Plan::Full => None,
         };
-        let mut added = add_all(&project.git, deadline, specs.as_deref(), &held.flock).await;
+        let mut added = add_all(&project.git, deadline, specs.as_deref(), &held.flock, None).await;
         if specs.is_some() && matches!(added, Err(AddError::Failed(_))) {
             // A spec git refused (a folder gone meanwhile): the whole tree, as without a watch.
-            added = add_all(&project.git, deadline, None, &held.flock).await;
+            added = add_all(&project.git, deadline, None, &held.flock, None).await;
         }
         match added {
             Ok(()) => {}
@@ -934,9 +1009,10 @@ impl Receipts {
     ) -> Result<(Held, Arc<Tree>), ChangesError> {
         let limits = (self.settings.max_files, self.settings.max_bytes, self.settings.watch);
         let budget = self.budget.clone();
-        let git = project.git.clone();
+        let (git, progress) = (project.git.clone(), project.progress.clone());
+        progress.start();
         project.indexing.store(true, Ordering::Release);
-        let mut task = tokio::spawn(first_snapshot(git, held, limits, budget));
+        let mut task = tokio::spawn(first_snapshot(git, held, limits, budget, progress));
         let done = if may_defer {
             match tokio::time::timeout_at(deadline.into(), &mut task).await {
                 Ok(done) => done,
@@ -950,6 +1026,7 @@ impl Receipts {
                     return Err(ChangesError::FirstDeferred {
                         root: project.git.root.display().to_string(),
                         ms: self.settings.max_snapshot_ms,
+                        at: project.progress.now(),
                     });
                 }
             }
@@ -970,7 +1047,7 @@ impl Receipts {
     ) -> Result<Held, ChangesError> {
         let root = project.git.root.display().to_string();
         if project.indexing.load(Ordering::Acquire) {
-            return Err(ChangesError::Indexing(root));
+            return Err(ChangesError::Indexing { root, at: project.progress.now() });
         }
         let busy = || ChangesError::Busy(root.clone());
         let mut guard =
@@ -1117,7 +1194,9 @@ fn undone(rec: &Record, receipt: Receipt) -> UndoResult {
     };
     match receipt {
         Receipt::Off => {}
-        Receipt::Unavailable(reason) => undo.changes_unavailable = Some(reason),
+        Receipt::Unavailable(reason) | Receipt::Indexing { reason, .. } => {
+            undo.changes_unavailable = Some(reason)
+        }
         Receipt::Taken { changes, count, id } => {
             (undo.changes, undo.changes_count, undo.changes_id) = (changes, count, id);
         }
@@ -1198,7 +1277,9 @@ impl Slow {
 }
 
 /// `git add -A` into the shadow index, waited for until `deadline`.
-/// With `specs`, only what they name (glob path specs of [`watch::specs`]). The git inherits
+/// With `specs`, only what they name (glob path specs of [`watch::specs`]). With `progress`,
+/// git says each file it hashes (`--verbose`: one line each) and the lines are counted there.
+/// The git inherits
 /// the store's lock (`flock`, open as `lock`): if we are killed while it runs, the lock stays
 /// held until it ends, so the next snapshot never runs beside it (nor removes its
 /// `index.lock`).
@@ -1207,6 +1288,7 @@ async fn add_all(
     deadline: Instant,
     specs: Option<&[std::ffi::OsString]>,
     lock: &std::fs::File,
+    progress: Option<&status::Progress>,
 ) -> Result<(), AddError> {
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
@@ -1227,11 +1309,18 @@ async fn add_all(
                 .args(["-c", "core.preloadIndex=false", "add", "-A", "--"])
                 .args(specs);
         }
+        None if progress.is_some() => {
+            cmd.args(["add", "-A", "--verbose", "--", "."]);
+        }
         None => {
             cmd.args(["add", "-A", "--", "."]);
         }
     }
-    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let stdout = match progress {
+        Some(_) => std::process::Stdio::piped(),
+        None => std::process::Stdio::null(),
+    };
+    cmd.stdout(stdout).stderr(std::process::Stdio::piped());
     let mut cmd = tokio::process::Command::from(cmd);
     // Owned: the backend's reaper of adopted orphans must not take its exit status.
     let mut child = crate::shell::procs::spawn_owned(|| cmd.spawn(), |c| c.id().map(|p| p as i32))
@@ -1247,8 +1336,16 @@ async fn add_all(
         }
         buf
     };
+    let mut stdout = child.stdout.take();
+    let count = async move {
+        let (Some(out), Some(progress)) = (stdout.as_mut(), progress) else { return };
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = out.read(&mut buf).await {
+            progress.hashed(buf[..n].iter().filter(|&&b| b == b'\n').count() as u64);
+        }
+    };
     let waited = tokio::time::timeout_at(deadline.into(), async {
-        let (status, err) = tokio::join!(child.wait(), read_err);
+        let (status, err, ()) = tokio::join!(child.wait(), read_err, count);
         (status, err)
     })
     .await;
@@ -1277,6 +1374,7 @@ async fn first_snapshot(
     mut held: Held,
     (max_files, max_bytes, watch): (u64, u64, bool),
     budget: Arc<watch::Budget>,
+    progress: Arc<status::Progress>,
 ) -> (Held, Result<Arc<Tree>, ChangesError>) {
     let root = git.root.display().to_string();
     let end = Instant::now() + FIRST_SNAPSHOT_MAX;
@@ -1287,6 +1385,7 @@ async fn first_snapshot(
             .unwrap_or(false);
         if !has_index {
             let (files, bytes) = count_files(&git, end).await?;
+            progress.counted(files);
             if files > max_files {
                 return Err(ChangesError::TooManyFiles { root, files, max: max_files });
             }
@@ -1303,7 +1402,7 @@ async fn first_snapshot(
         })
         .await
         .unwrap_or_default();
-        match add_all(&git, end, None, &held.flock).await {
+        match add_all(&git, end, None, &held.flock, Some(&progress)).await {
             Ok(()) => {}
             Err(AddError::Failed(e)) => return Err(e),
             Err(AddError::Slow(slow)) => {
@@ -1330,6 +1429,7 @@ async fn first_snapshot(
     .await;
     match &result {
         Ok(tree) => {
+            progress.done(tree.entries.len() as u64);
             held.guard.ready = true;
             held.guard.tracker.taken(tree);
         }

@@ -91,6 +91,10 @@ pub struct BashResult {
     /// Why there is no receipt for this run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes_unavailable: Option<String>,
+    /// The project whose first snapshot was being taken, when that is why (the editor's card
+    /// follows it: `changes_status`); not part of what other clients get.
+    #[serde(skip)]
+    pub changes_indexing: Option<std::path::PathBuf>,
     /// The fence the command ran under (§13): `"workspace-write"` or `"read-only"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<&'static str>,
@@ -124,6 +128,10 @@ impl BashResult {
         match receipt {
             Receipt::Off => {}
             Receipt::Unavailable(reason) => self.changes_unavailable = Some(reason),
+            Receipt::Indexing { root, reason } => {
+                self.changes_unavailable = Some(reason);
+                self.changes_indexing = Some(root);
+            }
             Receipt::Taken { changes, count, id } => {
                 self.changes_count = Some(count);
                 if note && count > 0 {

@@ -40,6 +40,7 @@ function M.render(state, opts)
     H.tool_body(ctx)
   end
   H.changes(ctx)
+  H.indexing(ctx)
   local height = 0
   for _, l in ipairs(ctx.lines) do
     height = height + M.rows(l, ctx.width)
@@ -353,6 +354,30 @@ function H.changes(ctx)
     end
     H.add(ctx, ('  … and %d more'):format(total - shown), 'AgentBashMore')
   end
+end
+
+--- A finished run with no receipt because its project's first snapshot was being taken
+--- (`changes_indexing`, contract §13): how far the snapshot has got, as the backend says now
+--- (`receipts`, set by `changes.follow`) or said when the run ended; at last, that receipts are
+--- ready and start with the next run (or why they are off).
+function H.indexing(ctx)
+  local s = ctx.state
+  local r = s.result
+  if s.status == 'running' or not r or not r.changes_indexing then
+    return
+  end
+  local p = s.receipts
+  local text
+  if not p then
+    text = 'No receipt: ' .. tostring(r.changes_unavailable)
+  elseif p.state == 'ready' then
+    text = ('No receipt for this run; receipts are %s and start with the next run'):format(p.note)
+  elseif p.state == 'off' then
+    text = 'No receipt; receipts are ' .. p.note
+  else
+    text = 'No receipt: ' .. p.note
+  end
+  H.add(ctx, M.clamp(text), 'AgentBashMore')
 end
 
 --- Changed files a collapsed card names.

@@ -163,7 +163,78 @@ function M.open_diff(rec, change)
   return true
 end
 
+--- How often the card of a run that had no receipt because its project's first snapshot was
+--- being taken asks how far the snapshot has got: as often as running cards' titles tick.
+M.FOLLOW_MS = 1000
+
+---@class agent_bash.ProjectStatus
+---@field root string
+---@field engine? integer pid of the shared receipt engine (nil: the backend's own snapshots)
+---@field state 'waiting'|'indexing'|'ready'|'off'|'busy'
+---@field hashed? integer indexing: files hashed so far
+---@field total? integer indexing: of how many (nil: not counted)
+---@field files? integer ready: files in the latest snapshot
+---@field reason? string off: why
+---@field note string the same in words
+
+--- Whether the receipts of each project the running backend knows are ready (nil when no
+--- backend runs: this never starts one, or when it did not answer).
+---@return agent_bash.ProjectStatus[]?
+function M.status()
+  if not backend.info().chan then
+    return nil
+  end
+  local ok, res = backend.request('changes_status', {})
+  if not ok or type(res) ~= 'table' then
+    return nil
+  end
+  return backend.denil(res)
+end
+
+--- Follows the first snapshot that kept `run` from a receipt (`result.changes_indexing`, its
+--- project's root): once a second the card's note says how far it has got, until receipts are
+--- ready or off (the last word), the card closes or the backend goes. One request a second
+--- serves every such card, and a card is redrawn only when its note changed.
+---@param run agent_bash.Run
+function M.follow(run)
+  H.followed[run] = true
+  if H.timer then
+    return
+  end
+  H.timer = assert(vim.uv.new_timer())
+  H.timer:start(M.FOLLOW_MS, M.FOLLOW_MS, vim.schedule_wrap(H.poll))
+end
+
 -- Helpers -----------------------------------------------------------------------------------
+
+H.followed = {} ---@type table<agent_bash.Run, true>
+
+function H.poll()
+  local list = M.status()
+  local by_root = {}
+  for _, p in ipairs(list or {}) do
+    by_root[p.root] = p
+  end
+  for run in pairs(H.followed) do
+    local p = by_root[run.state.result.changes_indexing]
+    if not list or not p or not run.card or run.card.closed then
+      H.followed[run] = nil
+    else
+      if not vim.deep_equal(run.state.receipts, p) then
+        run.state.receipts = p
+        require('agent_bash.float').refresh(run.card)
+      end
+      if p.state ~= 'indexing' and p.state ~= 'busy' then
+        H.followed[run] = nil
+      end
+    end
+  end
+  if next(H.followed) == nil and H.timer then
+    H.timer:stop()
+    H.timer:close()
+    H.timer = nil
+  end
+end
 
 --- Fills the current window with a read-only scratch buffer named `name`.
 function H.scratch(name, lines, note)

@@ -100,6 +100,35 @@ function H.changes(health, backend)
   else
     health.info('receipts: unknown until the backend runs')
   end
+  if on == true and info.chan then
+    H.projects(health)
+  end
+end
+
+--- The projects the backend has taken receipts in: ready, being indexed (how far), or off and why.
+function H.projects(health)
+  local list = require('agent_bash.changes').status()
+  if not list then
+    health.warn('projects: the backend did not say (see the log file)')
+    return
+  end
+  if #list == 0 then
+    health.info('projects: none yet (a project\'s receipts start with its first run)')
+  end
+  for _, p in ipairs(list) do
+    local by = p.engine and ('shared engine, pid %d'):format(p.engine) or "this backend's own snapshots"
+    local line = ('%s: %s (%s)'):format(p.root, p.note, by)
+    if p.state == 'ready' then
+      health.ok(line)
+    elseif p.state == 'off' then
+      health.warn(line, {
+        'receipts come back once the project\'s engine restarts: it ends 5 s after every backend using it has gone (:AgentBashRestart restarts this one)',
+        'the limits are [changes] max_files, max_bytes and max_snapshot_ms in the settings file; a first snapshot may take at most 30 s',
+      })
+    else
+      health.info(line)
+    end
+  end
 end
 
 -- Helpers -----------------------------------------------------------------------------------

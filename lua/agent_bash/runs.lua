@@ -381,6 +381,10 @@ function H.finish(run, result)
     H.notify_end(run)
   end
   require('agent_bash.quickfix').on_done(run)
+  if result.changes_indexing then
+    -- No receipt: the project's first snapshot goes on; the card follows it.
+    require('agent_bash.changes').follow(run)
+  end
   H.check_files(result)
   if run.state.origin == 'bang' and run.card then
     -- at most one finished bang card on screen: this one

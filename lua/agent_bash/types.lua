@@ -62,6 +62,11 @@
 ---@field truncation? agent_bash.Truncation
 ---@field rescued? agent_bash.Rescued[] diagnostics the window cut off (contract §7)
 ---@field resources? {wall_ms: integer, cpu_user_ms?: integer, cpu_sys_ms?: integer, max_rss_kib?: integer} receipt (contract §7)
+---@field changes? agent_bash.Change[] files the run changed (contract §13)
+---@field changes_count? integer
+---@field changes_id? integer
+---@field changes_unavailable? string why there is no change receipt
+---@field changes_indexing? string the project root whose first snapshot was being taken, when that is why (the editor's backend only)
 ---@field error? string set by Lua when the run could not start or the backend died
 
 --- A live update, as passed to `on_update`.
@@ -109,6 +114,7 @@
 ---@field profile? string the remote profile named at the start (the header's `host:` until the result says the host)
 ---@field started_at? integer vim.uv.now() when the run started (the title's elapsed time)
 ---@field waiting_input? boolean a PTY run's program waits for input (contract §8.4)
+---@field receipts? agent_bash.ProjectStatus its project's receipts as last asked (a run whose first snapshot was being taken: `changes.follow`)
 
 ---@class agent_bash.CardOpts
 ---@field width integer text width of the window

@@ -36,7 +36,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
 
 use super::store::{self, Delta, Entry, Tree};
-use super::{ChangesError, ChangesSettings, Project, Receipts};
+use super::{ChangesError, ChangesSettings, Project, Readiness, Receipts};
 
 /// How long an engine with no client left waits for a new one before it exits.
 pub const LINGER: Duration = Duration::from_secs(5);
@@ -76,6 +76,8 @@ pub enum Ask {
     Begin { paths: Vec<Vec<u8>> },
     /// The run ends: its receipt.
     End { run: u64 },
+    /// Whether the project's receipts are ready (how far its first snapshot has got).
+    Status,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -103,6 +105,14 @@ pub enum Reply {
     /// No receipt, and why (the text of `changes_unavailable`).
     Failed {
         reason: String,
+    },
+    /// No receipt because the project's first snapshot is being taken: `reason` says how far
+    /// it has got.
+    Indexing {
+        reason: String,
+    },
+    Status {
+        readiness: Readiness,
     },
 }
 
@@ -727,6 +737,7 @@ impl Engine {
         let Some(served) = self.served.get() else { return not_introduced() };
         let (seq, tree) = match self.fresh(served, true).await {
             Ok(t) => t,
+            Err(e) if e.is_indexing() => return Reply::Indexing { reason: e.to_string() },
             Err(e) => return Reply::Failed { reason: e.to_string() },
         };
         let entries = paths.iter().map(|p| tree.get(p).copied()).collect();
@@ -787,6 +798,19 @@ impl Engine {
         Reply::Hello { shadow: served.project.git.shadow.clone(), pid: std::process::id() }
     }
 
+    /// Whether the project's receipts are ready; once they are, with the files of the latest
+    /// snapshot. Never waits for a snapshot (see [`Receipts::readiness`]).
+    async fn status(&self) -> Reply {
+        let Some(served) = self.served.get() else { return not_introduced() };
+        let mut readiness = served.receipts.readiness(&served.project).await;
+        if let Readiness::Ready { files } = &mut readiness {
+            if let Some(tree) = self.timeline().tree.as_ref() {
+                *files = Some(tree.entries.len() as u64);
+            }
+        }
+        Reply::Status { readiness }
+    }
+
     /// A backend went away: its runs end now (their changes so far may overlap others').
     fn drop_conn(&self, conn: u64) {
         let mut tl = self.timeline();
@@ -825,6 +849,7 @@ async fn serve_conn(engine: Arc<Engine>, stream: tokio::net::UnixStream) {
                 hello @ Ask::Hello { .. } => engine.hello(hello).await,
                 Ask::Begin { paths } => engine.begin(conn, paths).await,
                 Ask::End { run } => engine.end(run).await,
+                Ask::Status => engine.status().await,
             };
             if let Ok(mut out) = serde_json::to_vec(&Response { id: req.id, reply }) {
                 out.push(b'\n');

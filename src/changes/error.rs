@@ -10,8 +10,8 @@ use rustix::io::Errno;
 #[derive(Debug, thiserror::Error)]
 pub enum ChangesError {
     // The project and its limits.
-    #[error("the first snapshot of {0} is still being taken")]
-    Indexing(String),
+    #[error("the first snapshot of {root} is still being taken: {at}")]
+    Indexing { root: String, at: super::Hashed },
     #[error("another command was taking a snapshot of {0}")]
     Busy(String),
     #[error("another process was taking a snapshot of this project")]
@@ -21,9 +21,9 @@ pub enum ChangesError {
     #[error("{root} holds {bytes} bytes, over changes.max_bytes ({max})")]
     TooManyBytes { root: String, bytes: u64, max: u64 },
     #[error(
-        "the first snapshot of {root} takes over {ms} ms: it goes on in the background, and receipts start with a later command"
+        "the first snapshot of {root} takes over {ms} ms: it goes on in the background (now: {at}), and receipts start with a later command"
     )]
-    FirstDeferred { root: String, ms: u64 },
+    FirstDeferred { root: String, ms: u64, at: super::Hashed },
     #[error("the first snapshot of {root} took over {secs} s")]
     FirstTooSlow { root: String, secs: u64 },
     #[error("a snapshot of {root} took over {ms} ms (changes.max_snapshot_ms)")]
@@ -111,4 +111,11 @@ pub enum ChangesError {
     /// A blocking task that panicked.
     #[error(transparent)]
     Join(#[from] tokio::task::JoinError),
+}
+
+impl ChangesError {
+    /// No receipt because the project's first snapshot is being taken (the card follows it).
+    pub fn is_indexing(&self) -> bool {
+        matches!(self, ChangesError::Indexing { .. } | ChangesError::FirstDeferred { .. })
+    }
 }

@@ -8,6 +8,10 @@
 //!   §4.3 text. `get_context {offset?, limit?}` → `{messages, offset, total}`, a page of the
 //!   agent's context messages (contract §10); `history {offset?, limit?}` → `{runs, offset,
 //!   total}`, a page of the session's recorded bang commands (no offset: the last page).
+//!   `changes_status` → `[{root, engine?, state, hashed?, total?, files?, reason?, note}]`:
+//!   whether the receipts of each project this backend knows are ready (`state`: `waiting`,
+//!   `indexing` with files `hashed` of `total`, `ready` with `files`, `off` with `reason`,
+//!   `busy`), and `note`, the same in words.
 //! * malformed input (bad msgpack, wrong shapes, wrong parameter types, strings that are not
 //!   UTF-8, unknown methods) is answered with an error naming the problem; a notification has
 //!   no answer, so Lua gets a `protocol_error` event instead. The backend keeps serving.
@@ -157,6 +161,8 @@ impl Handler for Backend {
                 })
             }
             "artifact_path" => artifact_path(rt, &params),
+            // contract §13: whether each project's receipts are ready (`:checkhealth`, the card).
+            "changes_status" => Ok(wire::msgpack(&rt.changes().status().await)),
             // contract §13: `undo {id?}`, `undo_check {id?}`, `changes {id?}`, `changes_before {id, path}`.
             "undo" | "undo_check" | "changes" | "changes_before" => {
                 changes_request(rt, &name, &params).await
@@ -399,7 +405,7 @@ impl Backend {
                 }
                 let last = last.lock().ok().and_then(|mut l| l.take());
                 let lines = wire::card_lines(&result, limited, last);
-                done_event(id, wire::msgpack(&result), Some(&lines))
+                done_event(id, wire::editor_result(&result), Some(&lines))
             }
             Err(e) => Failure::from(e).event(id),
         }

@@ -123,6 +123,17 @@ pub fn update_event(id: i64, u: &LiveUpdate, elapsed_ms: u64) -> Value {
     map(ev)
 }
 
+/// A result as the editor gets it: its fields, and `changes_indexing` (the project root) when
+/// there is no receipt because that project's first snapshot is being taken: the card follows
+/// it (`changes_status`). Other clients get the reason in `changes_unavailable` alone.
+pub fn editor_result(r: &BashResult) -> Value {
+    let mut value = msgpack(r);
+    if let (Some(root), Value::Map(m)) = (&r.changes_indexing, &mut value) {
+        m.push((Value::from("changes_indexing"), Value::from(root.to_string_lossy().as_ref())));
+    }
+    value
+}
+
 /// `{type = "done", id, result}`, with the card's `lines` and `hl` when given (a blocked PTY
 /// call has none: it never ran).
 pub fn done_event(id: i64, result: Value, lines: Option<&[StyledLine]>) -> Value {
@@ -861,6 +872,7 @@ mod tests {
             changes_count: Some(2),
             changes_id: Some(3),
             changes_unavailable: Some("why".into()),
+            changes_indexing: None,
             sandbox: Some("workspace-write"),
             remote: Some(Remote { profile: "box".into(), host: None }),
         }

@@ -478,6 +478,21 @@ t.describe('changed files (contract §13)', function()
     local running = render(tool({ result = result({ changes = changed(1) }) }))
     t.eq(1, #running.lines)
   end)
+
+  t.it('a run whose first snapshot was being taken says how far it got, then that receipts are ready', function()
+    local why = 'the first snapshot of /p is still being taken: 1 000 of 3 000 files hashed'
+    local s = tool({ status = 'done', lines = { 'ok' }, total_lines = 1, result = result({ changes_unavailable = why, changes_indexing = '/p' }) })
+    t.eq({ '$ make test', 'ok', 'No receipt: ' .. why }, render(s).lines)
+    s.receipts = { root = '/p', state = 'indexing', hashed = 2000, total = 3000, note = 'the first snapshot is being taken: 2 000 of 3 000 files hashed' }
+    t.eq('No receipt: the first snapshot is being taken: 2 000 of 3 000 files hashed', render(s).lines[3])
+    s.receipts = { root = '/p', state = 'ready', files = 3000, note = 'ready (3 000 files)' }
+    t.eq('No receipt for this run; receipts are ready (3 000 files) and start with the next run', render(s).lines[3])
+    s.receipts = { root = '/p', state = 'off', reason = 'r', note = 'off: r' }
+    t.eq('No receipt; receipts are off: r', render(s).lines[3])
+    -- Another reason (no `changes_indexing`): no note; nor while the run goes on.
+    t.eq(2, #render(tool({ status = 'done', lines = { 'ok' }, total_lines = 1, result = result({ changes_unavailable = 'x' }) })).lines)
+    t.eq(1, #render(tool({ result = result({ changes_indexing = '/p' }) })).lines)
+  end)
 end)
 
 t.describe('term_chrome', function()

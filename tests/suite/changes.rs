@@ -498,20 +498,20 @@ async fn changes_seen_by_the_watch_equal_full_snapshots() {
 }
 
 /// A named pipe (`mkfifo`) at `path`: a command and the test meet there.
-fn fifo(path: &Path) -> PathBuf {
+pub(super) fn fifo(path: &Path) -> PathBuf {
     let out = Command::new("mkfifo").arg(path).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     path.to_path_buf()
 }
 
 /// Waits (off the test's runtime) until a command writes `path` and closes it.
-async fn heard(path: &Path) {
+pub(super) async fn heard(path: &Path) {
     let p = path.to_path_buf();
     tokio::task::spawn_blocking(move || std::fs::read(p).unwrap()).await.unwrap();
 }
 
 /// Lets a command blocked reading `path` go on.
-async fn release(path: &Path) {
+pub(super) async fn release(path: &Path) {
     let p = path.to_path_buf();
     tokio::task::spawn_blocking(move || std::fs::write(p, "go\n").unwrap()).await.unwrap();
 }
@@ -965,4 +965,118 @@ async fn a_fenced_command_cannot_pose_as_the_receipt_engine() {
     assert!(!project.path().join("one").exists());
     a.stop().await;
     v.stop().await;
+}
+
+/// Lets a held command go when dropped, so a failing test leaves no process waiting on the
+/// FIFO (`O_NONBLOCK`: with nobody reading any more, opening it fails, and that is all).
+pub(super) struct LetGo(pub PathBuf);
+
+impl Drop for LetGo {
+    fn drop(&mut self) {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let fifo =
+            std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&self.0);
+        if let Ok(mut f) = fifo {
+            let _ = f.write_all(b"go\n");
+        }
+    }
+}
+
+/// 3 000 files in `project`, and in `sync` a `changes.git` wrapper that passes the real git's
+/// `add --verbose` lines on and holds that git after the 1 000th (git then blocks on its full
+/// pipe: truly mid-snapshot), after writing the FIFO `inside`, until the FIFO `go` is written.
+/// Returns the wrapper and the two FIFOs.
+pub(super) fn held_first_snapshot(project: &Path, sync: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    for d in 0..30 {
+        for f in 0..100 {
+            write(&project.join(format!("d{d}/f{f}")), &format!("{d} {f}\n"));
+        }
+    }
+    let real_git = Command::new("sh").args(["-c", "command -v git"]).output().unwrap();
+    let real_git = String::from_utf8(real_git.stdout).unwrap().trim().to_string();
+    let (inside, go) = (fifo(&sync.join("inside")), fifo(&sync.join("go")));
+    let wrapper = sync.join("git");
+    write(
+        &wrapper,
+        &format!(
+            "#!/bin/sh\ncase \" $* \" in *' --verbose '*)\n  {real_git:?} \"$@\" | {{ n=0; while IFS= read -r line; do printf '%s\\n' \"$line\"; n=$((n+1)); if [ $n = 1000 ]; then echo > {inside:?}; cat {go:?} > /dev/null; fi; done; }}\n  exit;;\nesac\nexec {real_git:?} \"$@\"\n"
+        ),
+    );
+    chmod(&wrapper, 0o755);
+    (wrapper, inside, go)
+}
+
+/// A first snapshot too long for the budget goes on in the background, and every call in the
+/// meantime says how far it has got: files hashed (git's own `add --verbose` lines) of the files
+/// counted before. The snapshot is held after git's 1 000th file of 3 000
+/// ([`held_first_snapshot`]); once let go, it ends and receipts start.
+#[tokio::test]
+async fn changes_first_snapshot_in_the_background_says_how_far_it_has_got() {
+    let (home, project, sync, runtime) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let (wrapper, inside, go) = held_first_snapshot(project.path(), sync.path());
+    let config =
+        format!("[changes]\nmax_snapshot_ms = 1000\ngit = {:?}\n", wrapper.to_str().unwrap());
+    let env = [
+        ("HOME", home.path().to_str().unwrap()),
+        ("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap()),
+    ];
+    let mut rpc = Rpc::start_env(tempfile::tempdir().unwrap(), Some(&config), &[], &env).await;
+    let cwd = project.path().to_str().unwrap();
+    let root = project.path().canonicalize().unwrap();
+    let root = root.display();
+    let deferred = regex::Regex::new(&format!(
+        r"^the first snapshot of {} takes over 1000 ms: it goes on in the background \(now: (no file hashed yet|[\d ]+ of 3 000 files hashed)\), and receipts start with a later command$",
+        regex::escape(&root.to_string())
+    ))
+    .unwrap();
+    let r = rpc.tool(json!({"cwd": cwd, "command": "echo first"})).await;
+    assert_eq!(r["output"], "first\n");
+    let why = r["changesUnavailable"].as_str().unwrap_or_default();
+    assert!(deferred.is_match(why), "{r}");
+
+    // Held after git's 1 000th file: calls say so, the figure rising to exactly that.
+    heard(&inside).await;
+    let _let_go = LetGo(go.clone());
+    let indexing = regex::Regex::new(&format!(
+        r"^the first snapshot of {} is still being taken: ([\d ]+) of 3 000 files hashed$",
+        regex::escape(&root.to_string())
+    ))
+    .unwrap();
+    let (mut seen, end) = (0, std::time::Instant::now() + std::time::Duration::from_secs(30));
+    while seen < 1000 {
+        assert!(std::time::Instant::now() < end, "stuck at {seen} files hashed");
+        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+        let why = r["changesUnavailable"].as_str().unwrap_or_default();
+        let n: u64 = match indexing.captures(why) {
+            Some(c) => c[1].replace(' ', "").parse().unwrap(),
+            None => panic!("{r}"),
+        };
+        assert!(n >= seen && n <= 1000, "{seen} then {n}: {r}");
+        seen = n;
+    }
+    let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+    assert_eq!(
+        r["changesUnavailable"],
+        format!("the first snapshot of {root} is still being taken: 1 000 of 3 000 files hashed")
+    );
+
+    // Let go: the snapshot ends in the background, and a later call has its receipt.
+    release(&go).await;
+    for i in 0.. {
+        assert!(std::time::Instant::now() < end, "no receipt 30 s after the snapshot went on");
+        let r = rpc.tool(json!({"cwd": cwd, "command": format!("echo n > new{i}.txt")})).await;
+        if let Some(why) = r["changesUnavailable"].as_str() {
+            assert!(indexing.is_match(why), "{r}");
+            continue;
+        }
+        assert_eq!(r["changes"], json!([{"path": format!("new{i}.txt"), "kind": "added"}]), "{r}");
+        break;
+    }
+    rpc.stop().await;
 }

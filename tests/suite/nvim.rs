@@ -885,3 +885,68 @@ async fn nvim_undo_and_diff_commands() {
     assert!(last.as_str().unwrap().contains("expected a changes id"), "{last}");
     let _ = std::fs::remove_file(&settings);
 }
+
+/// contract §13 in the editor: a tool call whose project's first snapshot outlasts the budget
+/// has no receipt, and its card says how far that snapshot has got: first as the result said
+/// it, then as it goes on (held after git's 1 000th file of 3 000), then that receipts are
+/// ready; `:checkhealth` shows the project indexing, then ready.
+#[tokio::test]
+async fn nvim_card_and_checkhealth_follow_a_first_snapshot() {
+    use super::changes::{heard, held_first_snapshot, release, LetGo};
+    let (project, sync, runtime) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (wrapper, inside, go) = held_first_snapshot(project.path(), sync.path());
+    let env = [("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap())];
+    // 80×24: `:checkhealth` trips an assertion in 0.11.4 after a headless resize.
+    let ed = Editor::start_with(false, env!("CARGO_MANIFEST_DIR"), &env).await;
+    let settings = sync.path().join("settings.toml");
+    let text = format!("[changes]\nmax_snapshot_ms = 500\ngit = {:?}\n", wrapper.to_str().unwrap());
+    std::fs::write(&settings, text).unwrap();
+    ed.lua(&format!(
+        "require('agent_bash').setup({{settings_file = {:?}, card = {{auto_close = false}}}})",
+        settings.to_str().unwrap()
+    ))
+    .await;
+    ed.cmd(&format!("cd {}", project.path().display())).await;
+    let root = project.path().canonicalize().unwrap().display().to_string();
+
+    ed.tool_call("t", "{command = 'echo one'}").await;
+    let why = ed.tool_result("t", "changes_unavailable").await;
+    let why = why.as_str().unwrap().to_string();
+    assert!(why.starts_with(&format!("the first snapshot of {root} takes over 500 ms")), "{why}");
+    let card = ed.card_done().await;
+    assert!(card.lines.contains(&format!("No receipt: {why}")), "{card:?}");
+
+    heard(&inside).await;
+    let _let_go = LetGo(go.clone());
+    let indexing = "No receipt: the first snapshot is being taken: 1 000 of 3 000 files hashed";
+    let has = |line: &str| {
+        format!(
+            "vim.tbl_contains(vim.api.nvim_buf_get_lines(require('agent_bash.float').cards()[1].buf, 0, -1, false), {line:?})"
+        )
+    };
+    ed.wait_lua(&has(indexing)).await;
+    let text = health(&ed).await;
+    let want = format!(
+        "{root}: the first snapshot is being taken: 1 000 of 3 000 files hashed (shared engine, pid "
+    );
+    assert!(text.contains(&want), "missing {want:?} in\n{text}");
+
+    release(&go).await;
+    ed.wait_lua(&has(
+        "No receipt for this run; receipts are ready (3 000 files) and start with the next run",
+    ))
+    .await;
+    let text = health(&ed).await;
+    let want = format!("OK {root}: ready (3 000 files) (shared engine, pid ");
+    assert!(text.contains(&want), "missing {want:?} in\n{text}");
+}
+
+/// `:checkhealth agent_bash` as text; its buffer is wiped after.
+async fn health(ed: &Editor) -> String {
+    ed.cmd("checkhealth agent_bash").await;
+    let text =
+        ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
+    ed.cmd("bwipe").await;
+    text.as_str().unwrap().to_string()
+}
