@@ -534,12 +534,15 @@ impl Receipts {
 
     /// Every project this backend has taken receipts in, and whether they are ready: asked of
     /// the project's engine, or of this backend's own snapshots (`:checkhealth`, the card's
-    /// note of a run whose first snapshot was still being taken).
-    pub async fn status(&self) -> Vec<ProjectStatus> {
+    /// note of a run whose first snapshot was still being taken). `only`: just these roots
+    /// (each project asked may wait up to [`STATUS_WAIT`] for a snapshot in progress).
+    pub async fn status(&self, only: Option<&[PathBuf]>) -> Vec<ProjectStatus> {
+        let wanted = |root: &PathBuf| only.is_none_or(|o| o.contains(root));
         // A connection being opened holds the map: asked again, the project is there.
         let links: Vec<(PathBuf, Arc<engine::Link>)> = match self.links.try_lock() {
             Ok(links) => links
                 .iter()
+                .filter(|(root, _)| wanted(root))
                 .filter_map(|(root, link)| Some((root.clone(), link.clone()?)))
                 .collect(),
             Err(_) => Vec::new(),
@@ -560,8 +563,14 @@ impl Receipts {
             };
             out.push(ProjectStatus::new(root, Some(link.pid), readiness));
         }
-        let own: Vec<Arc<Project>> =
-            self.projects.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let own: Vec<Arc<Project>> = self
+            .projects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|p| wanted(&p.git.root))
+            .cloned()
+            .collect();
         for project in own {
             let readiness = self.readiness(&project).await;
             out.push(ProjectStatus::new(project.git.root.clone(), None, readiness));

@@ -177,14 +177,15 @@ M.FOLLOW_MS = 1000
 ---@field reason? string off: why
 ---@field note string the same in words
 
---- Whether the receipts of each project the running backend knows are ready (nil when no
---- backend runs: this never starts one, or when it did not answer).
+--- Whether the receipts of each project the running backend knows (or of `roots`) are ready
+--- (nil when no backend runs: this never starts one, or when it did not answer).
+---@param roots? string[]
 ---@return agent_bash.ProjectStatus[]?
-function M.status()
+function M.status(roots)
   if not backend.info().chan then
     return nil
   end
-  local ok, res = backend.request('changes_status', {})
+  local ok, res = backend.request('changes_status', { roots = roots })
   if not ok or type(res) ~= 'table' then
     return nil
   end
@@ -210,7 +211,11 @@ end
 H.followed = {} ---@type table<agent_bash.Run, true>
 
 function H.poll()
-  local list = M.status()
+  local roots = {}
+  for run in pairs(H.followed) do
+    roots[#roots + 1] = run.state.result.changes_indexing
+  end
+  local list = M.status(roots)
   local by_root = {}
   for _, p in ipairs(list or {}) do
     by_root[p.root] = p

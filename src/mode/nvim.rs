@@ -8,8 +8,8 @@
 //!   §4.3 text. `get_context {offset?, limit?}` → `{messages, offset, total}`, a page of the
 //!   agent's context messages (contract §10); `history {offset?, limit?}` → `{runs, offset,
 //!   total}`, a page of the session's recorded bang commands (no offset: the last page).
-//!   `changes_status` → `[{root, engine?, state, hashed?, total?, files?, reason?, note}]`:
-//!   whether the receipts of each project this backend knows are ready (`state`: `waiting`,
+//!   `changes_status {roots?}` → `[{root, engine?, state, hashed?, total?, files?, reason?,
+//!   note}]`: whether the receipts of each project this backend knows (or of `roots`) are ready (`state`: `waiting`,
 //!   `indexing` with files `hashed` of `total`, `ready` with `files`, `off` with `reason`,
 //!   `busy`), and `note`, the same in words.
 //! * malformed input (bad msgpack, wrong shapes, wrong parameter types, strings that are not
@@ -162,7 +162,19 @@ impl Handler for Backend {
             }
             "artifact_path" => artifact_path(rt, &params),
             // contract §13: whether each project's receipts are ready (`:checkhealth`, the card).
-            "changes_status" => Ok(wire::msgpack(&rt.changes().status().await)),
+            "changes_status" => {
+                let only = match params.get("roots") {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(serde_json::Value::Array(a)) => Some(
+                        a.iter().filter_map(|r| r.as_str()).map(PathBuf::from).collect::<Vec<_>>(),
+                    ),
+                    Some(other) => {
+                        let msg = format!("changes_status: \"roots\" must be a list, got {other}");
+                        return Err(Value::from(msg));
+                    }
+                };
+                Ok(wire::msgpack(&rt.changes().status(only.as_deref()).await))
+            }
             // contract §13: `undo {id?}`, `undo_check {id?}`, `changes {id?}`, `changes_before {id, path}`.
             "undo" | "undo_check" | "changes" | "changes_before" => {
                 changes_request(rt, &name, &params).await
