@@ -118,7 +118,7 @@ pub enum Reply {
 
 /// An engine of another protocol is another engine (its name differs). 3: the `status` ask
 /// and the `indexing` reply (an engine or backend of 2 would end the connection on them).
-const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 3;
 
 /// Where the engines of this user are found.
 #[derive(Debug, Clone)]

@@ -800,7 +800,7 @@ if mode == "reach":
 else:
     key = root.encode() + b"\0" + settings.encode()
     uid = os.geteuid()
-    names = ["\0agent-bash.engine-%d-%016x" % (uid, fnv(key + (2).to_bytes(4, "little"))),
+    names = ["\0agent-bash.engine-%d-%016x" % (uid, fnv(key + (PROTOCOL).to_bytes(4, "little"))),
              "/dev/shm/agent-bash.engines-%d/%016x.sock" % (uid, fnv(key))]
     def serve(conn):
         f, it = lines(conn)
@@ -868,7 +868,8 @@ async fn attacker(
     let settings =
         agent_bash::changes::ChangesSettings { max_snapshot_ms: 60000, ..Default::default() };
     let script = sync.join("attack.py");
-    write(&script, ATTACK);
+    let protocol = agent_bash::changes::engine::PROTOCOL.to_string();
+    write(&script, &ATTACK.replace("PROTOCOL", &protocol));
     let command = format!(
         "{} {} {mode} {:?} '{}' {} {} {}",
         python(),
