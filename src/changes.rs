@@ -347,7 +347,54 @@ struct State {
     /// The user's `core.excludesFile`, and its content when last seen.
     excludes_file: Option<PathBuf>,
     excludes_seen: Option<Vec<u8>>,
+    /// The two ignore files as they were when last read, and which of our own directories
+    /// were known then: while all three stay so, the store's excludes are up to date.
+    stamps: Option<(Stamp, Stamp, u64)>,
     tracker: Tracker,
+}
+
+/// A file's identity and times, for telling "unchanged" without reading it (`Racy`, never
+/// equal to anything: it was changed so recently that a change within the same clock tick
+/// would leave the same stamp; `Missing`: no such file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stamp {
+    Missing,
+    Racy,
+    Seen { dev: u64, ino: u64, size: u64, mtime: (i64, i64), ctime: (i64, i64) },
+}
+
+impl Stamp {
+    /// `path`'s stamp now (one `stat`). File times come from the kernel's coarse clock, read
+    /// here first: a file changed at or after that instant may change again with the same
+    /// times, so it is `Racy`.
+    fn of(path: Option<&Path>) -> Stamp {
+        let Some(path) = path else { return Stamp::Missing };
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: an out-parameter of ours.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) };
+        let now = (now.tv_sec, now.tv_nsec);
+        match rustix::fs::stat(path) {
+            Err(_) => Stamp::Missing,
+            Ok(st) => {
+                let mtime = (st.st_mtime, st.st_mtime_nsec as i64);
+                let ctime = (st.st_ctime, st.st_ctime_nsec as i64);
+                if mtime >= now || ctime >= now {
+                    return Stamp::Racy;
+                }
+                Stamp::Seen {
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                    size: st.st_size as u64,
+                    mtime,
+                    ctime,
+                }
+            }
+        }
+    }
+
+    fn same(&self, other: &Stamp) -> bool {
+        *self != Stamp::Racy && self == other
+    }
 }
 
 /// What the project's watch says about the latest snapshot.
@@ -360,6 +407,18 @@ struct Tracker {
     last: Option<Arc<Tree>>,
     /// The ignore rules changed: the watch starts again.
     stale: bool,
+}
+
+impl Tracker {
+    /// The latest snapshot, when the watch has queued nothing since it was taken: nothing
+    /// changed (no blocking call; the queue is left for the next [`Tracker::plan`]).
+    fn quiet(&self) -> Option<Arc<Tree>> {
+        if self.stale || self.off.is_some() {
+            return None;
+        }
+        let last = self.last.as_ref()?;
+        self.watch.as_ref().filter(|w| w.quiet()).map(|_| last.clone())
+    }
 }
 
 /// How the next snapshot is taken.
@@ -469,6 +528,8 @@ pub struct Receipts {
     engines: Option<engine::Spot>,
     /// Each project's connection to its engine; `None`: it takes the private path.
     links: tokio::sync::Mutex<HashMap<PathBuf, Option<Arc<engine::Link>>>>,
+    /// Counts the changes to `own_dirs` (each one rewrites the stores' excludes).
+    own_gen: AtomicU64,
 }
 
 impl Receipts {
@@ -499,6 +560,7 @@ impl Receipts {
             budget: watch::Budget::of_system(),
             engines: None,
             links: tokio::sync::Mutex::default(),
+            own_gen: AtomicU64::new(0),
         }
     }
 
@@ -518,6 +580,7 @@ impl Receipts {
         for d in dirs {
             if !own.contains(&d) {
                 own.push(d);
+                self.own_gen.fetch_add(1, Ordering::AcqRel);
             }
         }
     }
@@ -642,10 +705,7 @@ impl Receipts {
         }
         let project = self.project(&root, is_git);
         match self.snapshot(&project, true).await {
-            Ok((held, before)) => {
-                drop(held);
-                Begin::Taken { project, before }
-            }
+            Ok(before) => Begin::Taken { project, before },
             Err(reason) if reason.is_indexing() => {
                 Begin::Indexing { root: project.git.root.clone(), reason: reason.to_string() }
             }
@@ -733,10 +793,7 @@ impl Receipts {
             }
         };
         let after = match self.snapshot(&project, false).await {
-            Ok((held, after)) => {
-                drop(held);
-                after
-            }
+            Ok(after) => after,
             Err(reason) => return Receipt::Unavailable(reason.to_string()),
         };
         let deltas = tokio::task::spawn_blocking(move || store::diff(&before, &after))
@@ -894,7 +951,7 @@ impl Receipts {
         let failed = |e: ChangesError| UndoError::Failed(e.to_string());
         match &rec.source {
             Source::Local(project) => {
-                let (held, now) = self.snapshot(project, false).await.map_err(failed)?;
+                let (held, now) = self.snapshot_locked(project, false).await.map_err(failed)?;
                 let entries = rec.deltas.iter().map(|d| now.get(&d.path).copied()).collect();
                 Ok((UndoRun::Local(project.clone(), held, now), entries))
             }
@@ -913,8 +970,43 @@ impl Receipts {
         }
     }
 
-    /// Takes the project's lock and a snapshot within the budget.
+    /// A snapshot of the project (see [`Receipts::snapshot_locked`]). When nothing changed
+    /// since the latest one (the watch has queued nothing, the ignore files are as they were,
+    /// no snapshot is going on), that one, without the store's lock or a blocking thread: the
+    /// everyday `true` costs a `poll` and two `stat`s.
     async fn snapshot(
+        &self,
+        project: &Arc<Project>,
+        may_defer: bool,
+    ) -> Result<Arc<Tree>, ChangesError> {
+        if let Some(tree) = self.unchanged(project) {
+            return Ok(tree);
+        }
+        self.snapshot_locked(project, may_defer).await.map(|(_, tree)| tree)
+    }
+
+    /// The latest snapshot, when nothing can have changed since it was taken (see
+    /// [`Receipts::snapshot`]); `None`: take one.
+    fn unchanged(&self, project: &Project) -> Option<Arc<Tree>> {
+        if project.indexing.load(Ordering::Acquire) {
+            return None;
+        }
+        // A snapshot going on holds the lock: its tree is not the latest yet.
+        let guard = project.state.try_lock().ok()?;
+        if guard.off.is_some() || !guard.ready {
+            return None;
+        }
+        let (exclude, user, own) = guard.stamps?;
+        let ours = self.own_gen.load(Ordering::Acquire) == own;
+        // Two `stat`s of small local files, as cheap as the hop to a blocking thread.
+        let same = ours
+            && exclude.same(&Stamp::of(guard.project_exclude.as_deref()))
+            && user.same(&Stamp::of(guard.excludes_file.as_deref()));
+        same.then(|| guard.tracker.quiet()).flatten()
+    }
+
+    /// Takes the project's lock and a snapshot within the budget.
+    async fn snapshot_locked(
         &self,
         project: &Arc<Project>,
         may_defer: bool,
@@ -1069,6 +1161,8 @@ impl Receipts {
         let git = project.git.clone();
         let (init, is_git, exclude) = (guard.init, project.is_git, guard.project_exclude.clone());
         let user_file = guard.excludes_file.clone();
+        // Read before the directories: one added meanwhile makes the next snapshot look again.
+        let own_gen = self.own_gen.load(Ordering::Acquire);
         let own = self.own();
         // The error, and whether it turns receipts off for the project.
         let prepared = tokio::task::spawn_blocking(move || -> Result<_, (ChangesError, bool)> {
@@ -1084,6 +1178,8 @@ impl Receipts {
             }
             let flock = store::lock(&git.shadow, deadline).map_err(|e| (e, false))?;
             store::clear_stale_lock(&git.shadow);
+            // Before they are read: a change after that shows in the stamps.
+            let stamps = (Stamp::of(exclude.as_deref()), Stamp::of(user_file.as_deref()), own_gen);
             // Our own directories (stores, artifacts) never count as the project's files.
             let extra: Vec<String> = own
                 .into_iter()
@@ -1099,11 +1195,11 @@ impl Receipts {
             // compared here, so that the watch hears of new rules.
             #[allow(clippy::disallowed_methods)] // under spawn_blocking
             let user_rules = user_file.as_ref().and_then(|f| std::fs::read(f).ok());
-            Ok((flock, exclude, user_file, user_rules, rewritten, fresh))
+            Ok((flock, exclude, user_file, user_rules, rewritten, fresh, stamps))
         })
         .await?;
         match prepared {
-            Ok((flock, exclude, user_file, user_rules, rewritten, fresh)) => {
+            Ok((flock, exclude, user_file, user_rules, rewritten, fresh, stamps)) => {
                 if init && (rewritten || user_rules != guard.excludes_seen) {
                     guard.tracker.stale = true;
                 }
@@ -1116,6 +1212,7 @@ impl Receipts {
                 guard.project_exclude = exclude;
                 guard.excludes_file = user_file;
                 guard.excludes_seen = user_rules;
+                guard.stamps = Some(stamps);
                 Ok(Held { guard, flock })
             }
             Err((reason, permanent)) => {

@@ -691,11 +691,21 @@ impl Engine {
     }
 
     /// A snapshot that started after this call: the latest one when it did, else a new one.
+    /// When nothing changed since the latest one (the watch has queued nothing since its drain,
+    /// and no snapshot is going on), that one serves as a new one would, without waiting.
     async fn fresh(
         &self,
         served: &Served,
         may_defer: bool,
     ) -> Result<(u64, Arc<Tree>), ChangesError> {
+        if let Some(tree) = served.receipts.unchanged(&served.project) {
+            let tl = self.timeline();
+            // The project's latest tree is the timeline's latest too (not one whose number is
+            // still being given).
+            if tl.tree.as_ref().is_some_and(|t| Arc::ptr_eq(t, &tree)) {
+                return Ok((tl.seq, tree));
+            }
+        }
         let ticket = self.started.load(Ordering::Acquire);
         let mut last = self.snap.lock().await;
         if let Some((start, seq, tree)) = last.as_ref() {
@@ -704,8 +714,7 @@ impl Engine {
             }
         }
         let start = self.started.fetch_add(1, Ordering::AcqRel) + 1;
-        let (held, tree) = served.receipts.snapshot(&served.project, may_defer).await?;
-        drop(held);
+        let tree = served.receipts.snapshot(&served.project, may_defer).await?;
         let (prev, busy) = {
             let tl = self.timeline();
             (tl.tree.clone(), !tl.runs.is_empty())

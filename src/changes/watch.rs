@@ -16,7 +16,8 @@
 //! file was closed, writes through a hard link from outside the project, and changes made by
 //! another machine on a network filesystem. `[changes] watch = false` turns the watch off.
 //!
-//! Everything here blocks: it runs under `spawn_blocking`.
+//! Everything here blocks (it runs under `spawn_blocking`), except [`Watch::quiet`], a `poll`
+//! with no wait that lets a snapshot of an unchanged project skip the blocking thread.
 
 #[cfg(target_os = "linux")]
 use std::collections::HashMap;
@@ -222,6 +223,16 @@ impl Watch {
         Ok(())
     }
 
+    /// The kernel has queued no event since the last drain: nothing the watch covers changed
+    /// (one `poll` with no wait, so the runtime thread may ask; the queue is left as it is).
+    pub fn quiet(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut fd = libc::pollfd { fd: self.ino.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd of ours, no wait.
+        let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+        ready == 0
+    }
+
     /// Takes every event the kernel queued since the last drain.
     pub fn drain(&mut self) -> Seen {
         let mut buf = [0u8; 16 * 1024];
@@ -334,6 +345,10 @@ impl Watch {
     /// Always refuses: there is no watcher here.
     pub fn start(_git: &Git, _budget: &Arc<Budget>) -> Result<Watch, ChangesError> {
         Err(ChangesError::NoWatcher(crate::platform::describe()))
+    }
+
+    pub fn quiet(&self) -> bool {
+        match self.never {}
     }
 
     pub fn drain(&mut self) -> Seen {

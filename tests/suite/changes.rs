@@ -1081,3 +1081,66 @@ async fn changes_first_snapshot_in_the_background_says_how_far_it_has_got() {
     }
     rpc.stop().await;
 }
+
+/// Takes the `flock` of `file` (exclusive, waiting); it is held while the file stays open.
+fn hold_lock(file: &Path) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+    // SAFETY: flock on a file descriptor of ours.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    f
+}
+
+/// A run in a project where nothing changed since the latest snapshot reuses it without the
+/// store's lock or a blocking thread: with the lock held by another process (as a private
+/// backend's `git add` holds it), a `true` still gets its (empty) receipt at once, where it
+/// used to wait for the lock and say `changes_unavailable` (on the portable paths there is no
+/// watch to tell "unchanged": every snapshot is full and takes the lock, so that part is left
+/// out there). Whatever could change the project's
+/// files or ignore rules is still seen: a file written by hand just before a run (in the
+/// earlier snapshot, not the run's receipt), `.git/info/exclude` or the user's excludes file
+/// changed with no file touched (the next run's first snapshot reads them again, so a file
+/// they no longer hide is seen before a run changes it).
+#[tokio::test]
+async fn changes_of_an_unchanged_project_skip_the_store_lock_and_still_see_every_change() {
+    let home = tempfile::tempdir().unwrap();
+    let repo = repo(home.path());
+    let p = repo.path();
+    write(&p.join("secret.txt"), "1\n");
+    write(&p.join("c.tmp"), "1\n");
+    let state = tempfile::tempdir().unwrap();
+    let store = state.path().join("changes");
+    let config = "[changes]\nmax_snapshot_ms = 2000\n";
+    let home_var = home.path().to_str().unwrap();
+    let mut rpc = Rpc::start_env(state, Some(config), &[], &[("HOME", home_var)]).await;
+    let cwd = p.to_str().unwrap();
+    let mut tool = async |command: &str| rpc.tool(json!({"cwd": cwd, "command": command})).await;
+    let r = tool("true").await;
+    assert_eq!(r["changesCount"], 0, "{r}");
+    let lock = std::fs::read_dir(&store).unwrap().next().unwrap().unwrap().path();
+    if std::env::var("AGENT_BASH_PORTABLE").as_deref() != Ok("1") {
+        let held = hold_lock(&lock.join("agent-bash.lock"));
+        for _ in 0..3 {
+            let r = tool("true").await;
+            assert_eq!(r["changesCount"], 0, "no wait for the store's lock: {r}");
+        }
+        drop(held);
+    }
+    write(&p.join("a.txt"), "by hand\n");
+    let r = tool("true").await;
+    assert_eq!(changes(&r), pairs(&[]), "{r}");
+    let r = tool("echo 2 > a.txt").await;
+    assert_eq!(changes(&r), pairs(&[("a.txt", "modified")]), "{r}");
+    // The ignore files change, and no file of the project does.
+    write(&p.join(".git/info/exclude"), "\n");
+    let r = tool("true").await;
+    assert_eq!(changes(&r), pairs(&[]), "{r}");
+    let r = tool("echo 2 > secret.txt").await;
+    assert_eq!(changes(&r), pairs(&[("secret.txt", "modified")]), "{r}");
+    write(&home.path().join("global-ignore"), "\n");
+    let r = tool("true").await;
+    assert_eq!(changes(&r), pairs(&[]), "{r}");
+    let r = tool("echo 2 > c.tmp").await;
+    assert_eq!(changes(&r), pairs(&[("c.tmp", "modified")]), "{r}");
+    rpc.stop().await;
+}
