@@ -22,12 +22,14 @@ pub mod error;
 pub mod store;
 // The same: only called under `spawn_blocking`.
 pub mod watch;
+// The same: snapshots of files changed in place, without `git add`.
+pub mod quick;
 // The shared receipt engine (a process of its own) and backends' connections to it.
 pub mod engine;
 // Whether a project's receipts are ready, and how far its first snapshot has got.
 pub mod status;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -407,6 +409,9 @@ struct Tracker {
     last: Option<Arc<Tree>>,
     /// The ignore rules changed: the watch starts again.
     stale: bool,
+    /// Folders whose files [`quick`] read since the last `git add`: the store's index is older
+    /// than the tree there, so the next `git add` re-reads them too.
+    unsynced: BTreeSet<Vec<u8>>,
 }
 
 impl Tracker {
@@ -425,6 +430,8 @@ impl Tracker {
 enum Plan {
     /// Nothing changed since the latest one.
     Reuse(Arc<Tree>),
+    /// Taken here, without `git add` ([`quick`]).
+    Done(Arc<Tree>),
     /// `git add` of these path specs only.
     Paths(Vec<std::ffi::OsString>),
     Full,
@@ -454,6 +461,24 @@ impl Tracker {
             }
             (watch::Seen::Some { flat, deep, new }, Some(last)) => (flat, deep, new, last),
         };
+        if deep.is_empty() && new.is_empty() && last.stats.len() == last.entries.len() {
+            match quick::update(git, &last, &flat) {
+                Ok(quick::Quick::Same) => {
+                    self.last = Some(last.clone());
+                    return Plan::Reuse(last);
+                }
+                Ok(quick::Quick::Tree(tree)) => {
+                    let tree = Arc::new(tree);
+                    self.unsynced.extend(flat);
+                    self.last = Some(tree.clone());
+                    return Plan::Done(tree);
+                }
+                Ok(quick::Quick::Cannot) => {}
+                Err(e) => tracing::debug!(root = %git.root.display(), "no quick snapshot: {e}"),
+            }
+        }
+        let mut flat = flat;
+        flat.extend(self.unsynced.iter().cloned());
         let Some(w) = self.watch.as_mut() else { return Plan::Full };
         let ignored = match w.absorb(git, &new) {
             Ok(ignored) => ignored,
@@ -493,6 +518,7 @@ impl Tracker {
     /// A snapshot was taken: later ones may start from it. A project with nested repositories
     /// gets no watch (their commits happen in `.git` folders, which are not watched).
     fn taken(&mut self, tree: &Arc<Tree>) {
+        self.unsynced.clear();
         if self.watch.is_some() && tree.entries.iter().any(|(_, e)| e.mode == 0o160000) {
             self.watch = None;
             self.off = Some("the project holds nested git repositories".into());
@@ -1029,6 +1055,13 @@ impl Receipts {
         let root = project.git.root.display().to_string();
         let specs = match self.plan(project, &mut held).await {
             Plan::Reuse(tree) => return Ok((held, tree)),
+            Plan::Done(tree) => {
+                if let Err(reason) = self.within_limits(&root, &tree) {
+                    held.guard.off = Some(reason.to_string());
+                    return Err(reason);
+                }
+                return Ok((held, tree));
+            }
             Plan::Paths(specs) => Some(specs),
             Plan::Full => None,
         };

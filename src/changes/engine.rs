@@ -693,10 +693,13 @@ impl Engine {
     /// A snapshot that started after this call: the latest one when it did, else a new one.
     /// When nothing changed since the latest one (the watch has queued nothing since its drain,
     /// and no snapshot is going on), that one serves as a new one would, without waiting.
+    /// `ending`: the run this snapshot ends, which overlaps no run by itself (the paths that
+    /// changed are kept for overlaps only while another run goes on).
     async fn fresh(
         &self,
         served: &Served,
         may_defer: bool,
+        ending: Option<u64>,
     ) -> Result<(u64, Arc<Tree>), ChangesError> {
         if let Some(tree) = served.receipts.unchanged(&served.project) {
             let tl = self.timeline();
@@ -717,7 +720,7 @@ impl Engine {
         let tree = served.receipts.snapshot(&served.project, may_defer).await?;
         let (prev, busy) = {
             let tl = self.timeline();
-            (tl.tree.clone(), !tl.runs.is_empty())
+            (tl.tree.clone(), tl.runs.keys().any(|&r| Some(r) != ending))
         };
         let step = match prev {
             Some(prev) if busy && !Arc::ptr_eq(&prev, &tree) => {
@@ -745,7 +748,7 @@ impl Engine {
 
     async fn begin(&self, conn: u64, paths: Vec<Vec<u8>>) -> Reply {
         let Some(served) = self.served.get() else { return not_introduced() };
-        let (seq, tree) = match self.fresh(served, true).await {
+        let (seq, tree) = match self.fresh(served, true, None).await {
             Ok(t) => t,
             Err(e) if e.is_indexing() => return Reply::Indexing { reason: e.to_string() },
             Err(e) => return Reply::Failed { reason: e.to_string() },
@@ -760,7 +763,7 @@ impl Engine {
 
     async fn end(&self, run: u64) -> Reply {
         let Some(served) = self.served.get() else { return not_introduced() };
-        let snapshot = self.fresh(served, false).await;
+        let snapshot = self.fresh(served, false, Some(run)).await;
         let mut tl = self.timeline();
         let end = match &snapshot {
             Ok((seq, _)) => *seq,

@@ -11,7 +11,8 @@
 //! A snapshot is `git add -A` into our private index, whose entries (path, mode, blob id) are
 //! then read straight from the index file: no tree objects, one process per snapshot. The
 //! index keeps the stat data of every file between calls, so only files whose stat changed are
-//! hashed again.
+//! hashed again. Files changed in place are read without `git add` ([`super::quick`]); the
+//! index is then older than the tree in the folders read so, which the next `git add` names.
 //!
 //! Everything here blocks: it runs under `spawn_blocking` (see [`super`]).
 
@@ -52,6 +53,9 @@ impl Entry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tree {
     pub entries: Vec<(Vec<u8>, Entry)>,
+    /// Each entry's stat data when known (the same length as `entries`, or empty): what
+    /// [`super::quick`] compares a file with before it reads it again.
+    pub stats: Vec<super::quick::Stat>,
 }
 
 impl Tree {
@@ -131,6 +135,12 @@ pub fn diff(a: &Tree, b: &Tree) -> Vec<Delta> {
 
 /// Reads the entries of a git index file (versions 2, 3 and 4, SHA-1), stage 0 only.
 pub fn parse_index(data: &[u8]) -> Result<Vec<(Vec<u8>, Entry)>, ChangesError> {
+    parse_index_stats(data, (0, 0)).map(|t| t.entries)
+}
+
+/// The tree of an index file written at `mtime` (seconds, nanoseconds), with each entry's
+/// stat data (unknown for the racily clean ones, see [`super::quick::Stat::of_index`]).
+pub fn parse_index_stats(data: &[u8], mtime: (u32, u32)) -> Result<Tree, ChangesError> {
     let bad = ChangesError::Index;
     if data.len() < 12 || &data[..4] != b"DIRC" {
         return Err(bad("no DIRC header"));
@@ -146,6 +156,7 @@ pub fn parse_index(data: &[u8]) -> Result<Vec<(Vec<u8>, Entry)>, ChangesError> {
     }
     let count = be32(8)? as usize;
     let mut entries = Vec::with_capacity(count.min(1 << 20));
+    let mut stats = Vec::with_capacity(count.min(1 << 20));
     let mut at = 12;
     let mut previous: Vec<u8> = Vec::new();
     for _ in 0..count {
@@ -188,9 +199,11 @@ pub fn parse_index(data: &[u8]) -> Result<Vec<(Vec<u8>, Entry)>, ChangesError> {
         let stage = (flags >> 12) & 3;
         if stage == 0 {
             entries.push((path, Entry { mode, oid, size }));
+            let head = data.get(start..start + 40).ok_or_else(|| bad("entry cut short"))?;
+            stats.push(super::quick::Stat::of_index(head, mtime));
         }
     }
-    Ok(entries)
+    Ok(Tree { entries, stats })
 }
 
 /// git's offset varint (index v4): 7 bits a byte, each continuation adding one.
@@ -410,12 +423,16 @@ pub fn sync_excludes(
 #[allow(clippy::disallowed_methods)]
 pub fn read_index(shadow: &Path) -> Result<Tree, ChangesError> {
     // `git add -A` of an empty tree writes no index: an empty snapshot.
-    let data = match std::fs::read(shadow.join("index")) {
-        Ok(data) => data,
+    use std::io::Read;
+    let mut file = match std::fs::File::open(shadow.join("index")) {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Tree::default()),
         Err(e) => return Err(ChangesError::ReadIndex(e)),
     };
-    Ok(Tree { entries: parse_index(&data)? })
+    let st = rustix::fs::fstat(&file).map_err(|e| ChangesError::ReadIndex(e.into()))?;
+    let mut data = Vec::with_capacity(st.st_size as usize);
+    file.read_to_end(&mut data).map_err(ChangesError::ReadIndex)?;
+    parse_index_stats(&data, (st.st_mtime as u32, st.st_mtime_nsec as u32))
 }
 
 /// Removes a lock a killed git left behind (only called while we hold the store's lock).
@@ -698,7 +715,8 @@ mod tests {
     }
 
     fn tree(items: &[(&str, Entry)]) -> Tree {
-        Tree { entries: items.iter().map(|(p, e)| (p.as_bytes().to_vec(), *e)).collect() }
+        let entries = items.iter().map(|(p, e)| (p.as_bytes().to_vec(), *e)).collect();
+        Tree { entries, stats: Vec::new() }
     }
 
     #[test]

@@ -1144,3 +1144,48 @@ async fn changes_of_an_unchanged_project_skip_the_store_lock_and_still_see_every
     assert_eq!(changes(&r), pairs(&[("c.tmp", "modified")]), "{r}");
     rpc.stop().await;
 }
+
+/// A file changed in place (content, executable bit, removed) is read by the snapshot itself,
+/// without `git add` (the store's index stays as it was), and the receipts are exact: a
+/// same-size rewrite right after the previous one (within one clock tick, where stat data
+/// alone cannot tell), a new file elsewhere afterwards (`git add` then re-reads the folders read
+/// here too, or its index would put the old content back), undo from blobs written here.
+#[tokio::test]
+async fn changes_in_place_skip_git_add_and_stay_exact() {
+    let home = tempfile::tempdir().unwrap();
+    let repo = repo(home.path());
+    let p = repo.path();
+    let state = tempfile::tempdir().unwrap();
+    let store = state.path().join("changes");
+    let home_var = home.path().to_str().unwrap();
+    let mut rpc = Rpc::start_env(state, Some(CONFIG), &[], &[("HOME", home_var)]).await;
+    let cwd = p.to_str().unwrap();
+    let mut tool = async |command: &str| rpc.tool(json!({"cwd": cwd, "command": command})).await;
+    let r = tool("true").await;
+    assert_eq!(r["changesCount"], 0, "{r}");
+    let index = std::fs::read_dir(&store).unwrap().next().unwrap().unwrap().path().join("index");
+    let watched = std::env::var("AGENT_BASH_PORTABLE").as_deref() != Ok("1");
+    let before = std::fs::read(&index).unwrap();
+    let steps: &[(&str, &[(&str, &str)])] = &[
+        ("echo 1 > keep/x", &[("keep/x", "modified")]),
+        ("echo 2 > keep/x", &[("keep/x", "modified")]),
+        ("echo 3 > keep/x; chmod +x run.sh", &[("keep/x", "modified"), ("run.sh", "mode")]),
+        ("rm b.txt", &[("b.txt", "deleted")]),
+    ];
+    for (command, want) in steps {
+        let r = tool(command).await;
+        assert_eq!(changes(&r), pairs(want), "`{command}`: {r}");
+    }
+    if watched {
+        assert!(std::fs::read(&index).unwrap() == before, "no git add wrote the store's index");
+    }
+    let r = tool("mkdir -p n && echo 1 > n/new").await;
+    assert_eq!(changes(&r), pairs(&[("n/new", "added")]), "{r}");
+    let r = tool("echo 4 > keep/x").await;
+    let id = r["changesId"].as_u64().unwrap();
+    assert_eq!(changes(&r), pairs(&[("keep/x", "modified")]), "{r}");
+    let u = undo(&mut rpc, Some(id)).await;
+    assert_eq!(u["success"], true, "{u}");
+    assert_eq!(std::fs::read_to_string(p.join("keep/x")).unwrap(), "3\n");
+    rpc.stop().await;
+}
