@@ -52,7 +52,7 @@ pub const KEEP_RECORDS: usize = 1000;
 /// `changes.max_files` by default: large monorepos keep their receipts.
 pub const DEFAULT_MAX_FILES: u64 = 500_000;
 /// The longest a first snapshot may go on in the background.
-pub const FIRST_SNAPSHOT_MAX: Duration = Duration::from_secs(30);
+pub const FIRST_SNAPSHOT_MAX: Duration = Duration::from_secs(120);
 /// How long a status request waits for a project whose snapshot is being taken (then: busy).
 const STATUS_WAIT: Duration = Duration::from_millis(100);
 

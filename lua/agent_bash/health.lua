@@ -123,7 +123,7 @@ function H.projects(health)
     elseif p.state == 'off' then
       health.warn(line, {
         'receipts come back once the project\'s engine restarts: it ends 5 s after every backend using it has gone (:AgentBashRestart restarts this one)',
-        'the limits are [changes] max_files, max_bytes and max_snapshot_ms in the settings file; a first snapshot may take at most 30 s',
+        'the limits are [changes] max_files, max_bytes and max_snapshot_ms in the settings file; a first snapshot may take at most 120 s',
       })
     else
       health.info(line)
