@@ -369,11 +369,13 @@ impl Stamp {
     /// `path`'s stamp now (one `stat`). File times come from the kernel's coarse clock, read
     /// here first: a file changed at or after that instant may change again with the same
     /// times, so it is `Racy`.
+    // The stat fields' types differ per platform (i32 or u64, u64 or i64).
+    #[allow(clippy::unnecessary_cast)]
     fn of(path: Option<&Path>) -> Stamp {
         let Some(path) = path else { return Stamp::Missing };
         let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: an out-parameter of ours.
-        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) };
+        unsafe { libc::clock_gettime(quick::FS_CLOCK, &mut now) };
         let now = (now.tv_sec, now.tv_nsec);
         match rustix::fs::stat(path) {
             Err(_) => Stamp::Missing,
@@ -384,7 +386,7 @@ impl Stamp {
                     return Stamp::Racy;
                 }
                 Stamp::Seen {
-                    dev: st.st_dev,
+                    dev: st.st_dev as u64,
                     ino: st.st_ino,
                     size: st.st_size as u64,
                     mtime,

@@ -179,8 +179,17 @@ fn read_folder(
     Ok(Some(out))
 }
 
+/// The clock file times are taken from: Linux stamps them from its coarse clock; macOS
+/// from the real time clock.
+#[cfg(target_os = "linux")]
+pub const FS_CLOCK: libc::clockid_t = libc::CLOCK_REALTIME_COARSE;
+#[cfg(not(target_os = "linux"))]
+pub const FS_CLOCK: libc::clockid_t = libc::CLOCK_REALTIME;
+
 /// git's mode for a regular file: executable when its owner may execute it.
-fn mode_of(st_mode: u32) -> u32 {
+fn mode_of(st_mode: impl Into<u32>) -> u32 {
+    // u16 on macOS.
+    let st_mode: u32 = st_mode.into();
     if st_mode & 0o100 != 0 {
         0o100755
     } else {
@@ -193,6 +202,8 @@ fn mode_of(st_mode: u32) -> u32 {
 /// more, changed while read, or over the byte budget.
 // Under spawn_blocking: reads one file.
 #[allow(clippy::disallowed_methods)]
+// The stat fields' types differ per platform (nanoseconds are u64 on Linux, i64 on macOS).
+#[allow(clippy::unnecessary_cast)]
 fn read_blob(
     git: &Git,
     file: &Path,
@@ -203,7 +214,7 @@ fn read_blob(
     let Ok(fd) = rustix::fs::open(file, flags, Mode::empty()) else { return Ok(None) };
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: an out-parameter of ours.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) };
+    unsafe { libc::clock_gettime(FS_CLOCK, &mut now) };
     let Ok(st) = rustix::fs::fstat(&fd) else { return Ok(None) };
     let size = st.st_size as u64;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG || size > *budget {
@@ -245,80 +256,27 @@ pub fn write_blob(shadow: &Path, content: &[u8]) -> Result<[u8; 20], ChangesErro
         .tempfile_in(&dir)
         .map_err(|e| fail("create", &dir, e))?;
     let mut out = std::io::BufWriter::new(tmp.as_file());
-    out.write_all(&zlib_stored(&object)).map_err(|e| fail("write", &dir, e))?;
+    let packed = zlib(&object).map_err(|e| fail("write", &dir, e))?;
+    out.write_all(&packed).map_err(|e| fail("write", &dir, e))?;
     out.flush().map_err(|e| fail("write", &dir, e))?;
     drop(out);
     tmp.persist(&path).map_err(|e| fail("write", &path, e.error))?;
     Ok(oid)
 }
 
-/// A zlib stream of `data` in stored (uncompressed) deflate blocks, which every inflater reads.
-fn zlib_stored(data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len() + data.len() / 65535 * 5 + 16);
-    out.extend_from_slice(&[0x78, 0x01]);
-    let mut blocks = data.chunks(65535).peekable();
-    if blocks.peek().is_none() {
-        out.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
-    }
-    while let Some(block) = blocks.next() {
-        out.push(u8::from(blocks.peek().is_none()));
-        let len = block.len() as u16;
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&(!len).to_le_bytes());
-        out.extend_from_slice(block);
-    }
-    let (mut a, mut b) = (1u32, 0u32);
-    for chunk in data.chunks(5552) {
-        for &x in chunk {
-            a += u32::from(x);
-            b += a;
-        }
-        a %= 65521;
-        b %= 65521;
-    }
-    out.extend_from_slice(&((b << 16) | a).to_be_bytes());
-    out
+/// A zlib stream of `data` (git's loose object format), at the fastest level: these are a few
+/// files changed in place, read back by undo.
+fn zlib(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(data)?;
+    z.finish()
 }
 
-/// SHA-1 (FIPS 180-4), git's object id.
+/// SHA-1, git's object id.
 pub fn sha1(data: &[u8]) -> [u8; 20] {
-    let mut h: [u32; 5] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476, 0xc3d2_e1f0];
-    let bits = (data.len() as u64).wrapping_mul(8);
-    let mut tail = data[data.len() / 64 * 64..].to_vec();
-    tail.push(0x80);
-    while tail.len() % 64 != 56 {
-        tail.push(0);
-    }
-    tail.extend_from_slice(&bits.to_be_bytes());
-    for block in data.chunks_exact(64).chain(tail.chunks_exact(64)) {
-        let mut w = [0u32; 80];
-        for (i, word) in block.chunks_exact(4).enumerate() {
-            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
-        }
-        for i in 16..80 {
-            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
-        }
-        let [mut a, mut b, mut c, mut d, mut e] = h;
-        for (i, wi) in w.iter().enumerate() {
-            let (f, k) = match i {
-                0..=19 => ((b & c) | (!b & d), 0x5a82_7999),
-                20..=39 => (b ^ c ^ d, 0x6ed9_eba1),
-                40..=59 => ((b & c) | (b & d) | (c & d), 0x8f1b_bcdc),
-                _ => (b ^ c ^ d, 0xca62_c1d6),
-            };
-            let t =
-                a.rotate_left(5).wrapping_add(f).wrapping_add(e).wrapping_add(k).wrapping_add(*wi);
-            (e, d, c, b, a) = (d, c, b.rotate_left(30), a, t);
-        }
-        for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
-            *x = x.wrapping_add(y);
-        }
-    }
-    let mut out = [0u8; 20];
-    for (i, x) in h.iter().enumerate() {
-        out[i * 4..i * 4 + 4].copy_from_slice(&x.to_be_bytes());
-    }
-    out
+    use sha1::Digest;
+    sha1::Sha1::digest(data).into()
 }
 
 #[cfg(test)]
