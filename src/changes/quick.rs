@@ -25,58 +25,12 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::store::{Entry, Git, Tree};
+use super::store::{Entry, Git, Stat, Tree};
 use super::watch::join;
 use super::ChangesError;
 
 /// The most bytes one snapshot reads here; more is `git add`'s work (which has a deadline).
 pub const MAX_READ: u64 = 8 << 20;
-
-/// The stat data a snapshot keeps per file, as git's index keeps it (32 bits each); all zero:
-/// unknown (the file is read the next time its folder changes).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stat {
-    ctime: [u32; 2],
-    mtime: [u32; 2],
-    dev: u32,
-    ino: u32,
-    size: u32,
-}
-
-impl Stat {
-    /// From the first 40 bytes of an index entry, unless the entry is racily clean (changed
-    /// at or after the index was written, `index_mtime`): git itself checks those again.
-    pub fn of_index(head: &[u8], index_mtime: (u32, u32)) -> Stat {
-        let be =
-            |at: usize| u32::from_be_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
-        let s = Stat {
-            ctime: [be(0), be(4)],
-            mtime: [be(8), be(12)],
-            dev: be(16),
-            ino: be(20),
-            size: be(36),
-        };
-        if (s.mtime[0], s.mtime[1]) >= index_mtime {
-            return Stat::default();
-        }
-        s
-    }
-
-    fn of(st: &rustix::fs::Stat) -> Stat {
-        // Truncated to 32 bits, as git's index keeps them.
-        Stat {
-            ctime: [st.st_ctime as u32, st.st_ctime_nsec as u32],
-            mtime: [st.st_mtime as u32, st.st_mtime_nsec as u32],
-            dev: st.st_dev as u32,
-            ino: st.st_ino as u32,
-            size: st.st_size as u32,
-        }
-    }
-
-    fn known(&self) -> bool {
-        *self != Stat::default()
-    }
-}
 
 /// What [`update`] made of the changed folders.
 pub enum Quick {

@@ -29,6 +29,52 @@ use rustix::io::Errno;
 use super::ChangesError;
 use std::process::{Command, Stdio};
 
+/// The stat data a snapshot keeps per file, as git's index keeps it (32 bits each); all zero:
+/// unknown (the file is read the next time its folder changes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stat {
+    ctime: [u32; 2],
+    mtime: [u32; 2],
+    dev: u32,
+    ino: u32,
+    size: u32,
+}
+
+impl Stat {
+    /// From the first 40 bytes of an index entry, unless the entry is racily clean (changed
+    /// at or after the index was written, `index_mtime`): git itself checks those again.
+    pub fn of_index(head: &[u8], index_mtime: (u32, u32)) -> Stat {
+        let be =
+            |at: usize| u32::from_be_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+        let s = Stat {
+            ctime: [be(0), be(4)],
+            mtime: [be(8), be(12)],
+            dev: be(16),
+            ino: be(20),
+            size: be(36),
+        };
+        if (s.mtime[0], s.mtime[1]) >= index_mtime {
+            return Stat::default();
+        }
+        s
+    }
+
+    pub(super) fn of(st: &rustix::fs::Stat) -> Stat {
+        // Truncated to 32 bits, as git's index keeps them.
+        Stat {
+            ctime: [st.st_ctime as u32, st.st_ctime_nsec as u32],
+            mtime: [st.st_mtime as u32, st.st_mtime_nsec as u32],
+            dev: st.st_dev as u32,
+            ino: st.st_ino as u32,
+            size: st.st_size as u32,
+        }
+    }
+
+    pub(super) fn known(&self) -> bool {
+        *self != Stat::default()
+    }
+}
+
 /// One file as a snapshot saw it: git mode (`0o100644`, `0o100755`, `0o120000` for a symlink,
 /// `0o160000` for a nested repository), blob id and size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -55,7 +101,7 @@ pub struct Tree {
     pub entries: Vec<(Vec<u8>, Entry)>,
     /// Each entry's stat data when known (the same length as `entries`, or empty): what
     /// [`super::quick`] compares a file with before it reads it again.
-    pub stats: Vec<super::quick::Stat>,
+    pub stats: Vec<Stat>,
 }
 
 impl Tree {
@@ -139,7 +185,7 @@ pub fn parse_index(data: &[u8]) -> Result<Vec<(Vec<u8>, Entry)>, ChangesError> {
 }
 
 /// The tree of an index file written at `mtime` (seconds, nanoseconds), with each entry's
-/// stat data (unknown for the racily clean ones, see [`super::quick::Stat::of_index`]).
+/// stat data (unknown for the racily clean ones, see [`Stat::of_index`]).
 pub fn parse_index_stats(data: &[u8], mtime: (u32, u32)) -> Result<Tree, ChangesError> {
     let bad = ChangesError::Index;
     if data.len() < 12 || &data[..4] != b"DIRC" {
@@ -200,7 +246,7 @@ pub fn parse_index_stats(data: &[u8], mtime: (u32, u32)) -> Result<Tree, Changes
         if stage == 0 {
             entries.push((path, Entry { mode, oid, size }));
             let head = data.get(start..start + 40).ok_or_else(|| bad("entry cut short"))?;
-            stats.push(super::quick::Stat::of_index(head, mtime));
+            stats.push(Stat::of_index(head, mtime));
         }
     }
     Ok(Tree { entries, stats })
