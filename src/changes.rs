@@ -24,6 +24,8 @@ pub mod store;
 pub mod watch;
 // The same: snapshots of files changed in place, without `git add`.
 pub mod quick;
+
+pub mod first;
 // The shared receipt engine (a process of its own) and backends' connections to it.
 pub mod engine;
 // Whether a project's receipts are ready, and how far its first snapshot has got.
@@ -1524,8 +1526,11 @@ async fn first_snapshot(
         let has_index = tokio::task::spawn_blocking(move || shadow.join("index").is_file())
             .await
             .unwrap_or(false);
+        let mut listed = Vec::new();
         if !has_index {
-            let (files, bytes) = count_files(&git, end).await?;
+            let (paths, bytes) = count_files(&git, end).await?;
+            let files = paths.len() as u64;
+            listed = paths;
             progress.counted(files);
             if files > max_files {
                 return Err(ChangesError::TooManyFiles { root, files, max: max_files });
@@ -1543,6 +1548,22 @@ async fn first_snapshot(
         })
         .await
         .unwrap_or_default();
+        if !listed.is_empty() {
+            // Our packs and index first; `git add` then hashes what changed meanwhile.
+            let (g, p) = (git.clone(), progress.clone());
+            let taken =
+                tokio::task::spawn_blocking(move || first::take(&g, &listed, &p, end)).await?;
+            match taken {
+                Ok(()) => {}
+                Err(first::Stopped::Late) => {
+                    return Err(ChangesError::FirstTooSlow {
+                        root,
+                        secs: FIRST_SNAPSHOT_MAX.as_secs(),
+                    })
+                }
+                Err(first::Stopped::Failed(e)) => return Err(e),
+            }
+        }
         match add_all(&git, end, None, &held.flock, Some(&progress)).await {
             Ok(()) => {}
             Err(AddError::Failed(e)) => return Err(e),
@@ -1584,9 +1605,10 @@ async fn read_tree(git: &Git) -> Result<Tree, ChangesError> {
     tokio::task::spawn_blocking(move || store::read_index(&shadow)).await?
 }
 
-/// How many non-ignored files the project has and their bytes, without hashing any
-/// (`git ls-files --others --exclude-standard`), for the limits before a first snapshot.
-async fn count_files(git: &Git, deadline: Instant) -> Result<(u64, u64), ChangesError> {
+/// The project's non-ignored files (relative to its root) and their bytes, without hashing
+/// any (`git ls-files --others --exclude-standard`): the limits are checked before a first
+/// snapshot, which then reads these files ([`first`]).
+async fn count_files(git: &Git, deadline: Instant) -> Result<(Vec<Vec<u8>>, u64), ChangesError> {
     let mut cmd = git.command();
     cmd.args(["ls-files", "-z", "--others", "--cached", "--exclude-standard"])
         .stdout(std::process::Stdio::piped())
@@ -1608,14 +1630,14 @@ async fn count_files(git: &Git, deadline: Instant) -> Result<(u64, u64), Changes
     let root = git.root.clone();
     tokio::task::spawn_blocking(move || {
         use std::os::unix::ffi::OsStrExt;
-        let mut files = 0u64;
+        let mut files = Vec::new();
         let mut bytes = 0u64;
         for name in out.stdout.split(|b| *b == 0).filter(|n| !n.is_empty()) {
-            files += 1;
             let path = root.join(std::ffi::OsStr::from_bytes(name));
             if let Ok(m) = path.symlink_metadata() {
                 bytes += m.len();
             }
+            files.push(name.to_vec());
         }
         (files, bytes)
     })

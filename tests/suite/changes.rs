@@ -984,33 +984,24 @@ impl Drop for LetGo {
     }
 }
 
-/// 3 000 files in `project`, and in `sync` a `changes.git` wrapper that passes the real git's
-/// `add --verbose` lines on and holds that git after the 1 000th (git then blocks on its full
-/// pipe: truly mid-snapshot), after writing the FIFO `inside`, until the FIFO `go` is written.
-/// Returns the wrapper and the two FIFOs.
-pub(super) fn held_first_snapshot(project: &Path, sync: &Path) -> (PathBuf, PathBuf, PathBuf) {
+/// 3 000 files in `project`, and in `sync` two FIFOs, `inside` and `go`: with the returned
+/// value as `AGENT_BASH_TEST_HOLD_FIRST`, the first snapshot is held after its 1 000th file
+/// (truly mid-snapshot), after writing `inside`, until `go` is written. Returns that value and
+/// the two FIFOs.
+pub(super) fn held_first_snapshot(project: &Path, sync: &Path) -> (String, PathBuf, PathBuf) {
     for d in 0..30 {
         for f in 0..100 {
             write(&project.join(format!("d{d}/f{f}")), &format!("{d} {f}\n"));
         }
     }
-    let real_git = Command::new("sh").args(["-c", "command -v git"]).output().unwrap();
-    let real_git = String::from_utf8(real_git.stdout).unwrap().trim().to_string();
     let (inside, go) = (fifo(&sync.join("inside")), fifo(&sync.join("go")));
-    let wrapper = sync.join("git");
-    write(
-        &wrapper,
-        &format!(
-            "#!/bin/sh\ncase \" $* \" in *' --verbose '*)\n  {real_git:?} \"$@\" | {{ n=0; while IFS= read -r line; do printf '%s\\n' \"$line\"; n=$((n+1)); if [ $n = 1000 ]; then echo > {inside:?}; cat {go:?} > /dev/null; fi; done; }}\n  exit;;\nesac\nexec {real_git:?} \"$@\"\n"
-        ),
-    );
-    chmod(&wrapper, 0o755);
-    (wrapper, inside, go)
+    let hold = format!("1000 {} {}", inside.display(), go.display());
+    (hold, inside, go)
 }
 
 /// A first snapshot too long for the budget goes on in the background, and every call in the
-/// meantime says how far it has got: files hashed (git's own `add --verbose` lines) of the files
-/// counted before. The snapshot is held after git's 1 000th file of 3 000
+/// meantime says how far it has got: files hashed of the files counted before. The snapshot is
+/// held after its 1 000th file of 3 000
 /// ([`held_first_snapshot`]); once let go, it ends and receipts start.
 #[tokio::test]
 async fn changes_first_snapshot_in_the_background_says_how_far_it_has_got() {
@@ -1020,12 +1011,12 @@ async fn changes_first_snapshot_in_the_background_says_how_far_it_has_got() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    let (wrapper, inside, go) = held_first_snapshot(project.path(), sync.path());
-    let config =
-        format!("[changes]\nmax_snapshot_ms = 1000\ngit = {:?}\n", wrapper.to_str().unwrap());
+    let (hold, inside, go) = held_first_snapshot(project.path(), sync.path());
+    let config = "[changes]\nmax_snapshot_ms = 1000\n".to_string();
     let env = [
         ("HOME", home.path().to_str().unwrap()),
         ("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap()),
+        ("AGENT_BASH_TEST_HOLD_FIRST", hold.as_str()),
     ];
     let mut rpc = Rpc::start_env(tempfile::tempdir().unwrap(), Some(&config), &[], &env).await;
     let cwd = project.path().to_str().unwrap();

@@ -888,20 +888,22 @@ async fn nvim_undo_and_diff_commands() {
 
 /// contract §13 in the editor: a tool call whose project's first snapshot outlasts the budget
 /// has no receipt, and its card says how far that snapshot has got: first as the result said
-/// it, then as it goes on (held after git's 1 000th file of 3 000), then that receipts are
+/// it, then as it goes on (held after its 1 000th file of 3 000), then that receipts are
 /// ready; `:checkhealth` shows the project indexing, then ready.
 #[tokio::test]
 async fn nvim_card_and_checkhealth_follow_a_first_snapshot() {
     use super::changes::{heard, held_first_snapshot, release, LetGo};
     let (project, sync, runtime) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (wrapper, inside, go) = held_first_snapshot(project.path(), sync.path());
-    let env = [("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap())];
+    let (hold, inside, go) = held_first_snapshot(project.path(), sync.path());
+    let env = [
+        ("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap()),
+        ("AGENT_BASH_TEST_HOLD_FIRST", hold.as_str()),
+    ];
     // 80×24: `:checkhealth` trips an assertion in 0.11.4 after a headless resize.
     let ed = Editor::start_with(false, env!("CARGO_MANIFEST_DIR"), &env).await;
     let settings = sync.path().join("settings.toml");
-    let text = format!("[changes]\nmax_snapshot_ms = 500\ngit = {:?}\n", wrapper.to_str().unwrap());
-    std::fs::write(&settings, text).unwrap();
+    std::fs::write(&settings, "[changes]\nmax_snapshot_ms = 500\n").unwrap();
     ed.lua(&format!(
         "require('agent_bash').setup({{settings_file = {:?}, card = {{auto_close = false}}}})",
         settings.to_str().unwrap()
