@@ -54,7 +54,7 @@ pub struct Request {
     pub ask: Ask,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "ask", rename_all = "snake_case")]
 pub enum Ask {
     /// The first message of a connection: the project and the client's settings and own
@@ -76,6 +76,12 @@ pub enum Ask {
     Begin { paths: Vec<Vec<u8>> },
     /// The run ends: its receipt.
     End { run: u64 },
+    /// The run ended and its client saw that nothing changed during it (see [`super::page`]):
+    /// no snapshot, and no answer awaited.
+    Close { run: u64 },
+    /// The engine's change counter and a copy of its watch's descriptor, sent with the answer
+    /// (`SCM_RIGHTS`, Linux).
+    Watch,
     /// Whether the project's receipts are ready (how far its first snapshot has got).
     Status,
 }
@@ -98,6 +104,9 @@ pub enum Reply {
     Begun {
         run: u64,
         entries: Vec<Option<Entry>>,
+        /// The project was quiet when the run began: what tells, at its end, that it still is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quiet: Option<QuietMark>,
     },
     Ended {
         deltas: Vec<Delta>,
@@ -114,11 +123,27 @@ pub enum Reply {
     Status {
         readiness: Readiness,
     },
+    /// The descriptors of [`Ask::Watch`] go with this answer: the page, then the watch's.
+    Watch {
+        watch: u64,
+    },
+}
+
+/// What a client checks at the end of a run begun on a quiet project, to know without asking
+/// that nothing changed during it: the engine's change counter as it was before the project
+/// was found quiet, the watch whose queue was empty then (its descriptor from
+/// [`Ask::Watch`]), and the ignore files outside the tree with their stamps then.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QuietMark {
+    gen: u64,
+    watch: u64,
+    files: Vec<(Option<PathBuf>, super::Stamp)>,
 }
 
 /// An engine of another protocol is another engine (its name differs). 3: the `status` ask
 /// and the `indexing` reply (an engine or backend of 2 would end the connection on them).
-pub const PROTOCOL: u32 = 3;
+/// 4: quiet runs (`close`, `watch`, the `quiet` of `begun`).
+pub const PROTOCOL: u32 = 4;
 
 /// Where the engines of this user are found.
 #[derive(Debug, Clone)]
@@ -247,7 +272,25 @@ pub struct Link {
     /// The engine's store (saved contents for undo and diff).
     pub shadow: PathBuf,
     pub pid: u32,
+    /// How to reach the engine again (for [`Ask::Watch`], on a connection of its own).
+    reach: (Paths, Ask),
+    /// The engine's change counter and a copy of its watch's descriptor, once fetched.
+    watching: Mutex<Option<Arc<Watching>>>,
+    /// A fetch is going on, and how many failed (after [`WATCH_TRIES`], no more).
+    fetching: AtomicBool,
+    failures: AtomicUsize,
 }
+
+/// What [`Ask::Watch`] brought: the engine's page and a copy of its watch's descriptor.
+#[derive(Debug)]
+struct Watching {
+    id: u64,
+    page: super::page::Page,
+    fd: std::os::fd::OwnedFd,
+}
+
+/// Failed fetches of the watch after which a link always asks the engine at a run's end.
+const WATCH_TRIES: usize = 3;
 
 impl Link {
     pub fn alive(&self) -> bool {
@@ -256,6 +299,7 @@ impl Link {
 
     /// Connects to the engine of `paths` (starting one when none answers) and says hello.
     pub async fn open(paths: Paths, hello: Ask) -> Result<Arc<Link>, ChangesError> {
+        let reach = (paths.clone(), hello.clone());
         let (stream, reply, pid) =
             tokio::task::spawn_blocking(move || connect_blocking(&paths, hello)).await??;
         let shadow = match reply {
@@ -276,6 +320,10 @@ impl Link {
             alive: Arc::new(AtomicBool::new(true)),
             shadow,
             pid,
+            reach,
+            watching: Mutex::default(),
+            fetching: AtomicBool::new(false),
+            failures: AtomicUsize::new(0),
         });
         let (pending, alive) = (link.pending.clone(), link.alive.clone());
         tokio::spawn(async move {
@@ -292,6 +340,60 @@ impl Link {
             pending.lock().unwrap_or_else(|e| e.into_inner()).clear();
         });
         Ok(link)
+    }
+
+    /// Nothing changed in the project since the run marked `q` began: the engine's watch
+    /// still has nothing queued (asked on our copy of its descriptor), then the engine's
+    /// counter is as it was before the project was found quiet (no snapshot has read the queue
+    /// since), and the ignore files outside the tree are as they were. `false` when it cannot
+    /// be told (the descriptor is then fetched, for later runs).
+    pub fn still_quiet(self: &Arc<Self>, q: &QuietMark) -> bool {
+        let watching = self.watching.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(w) = watching.filter(|w| w.id == q.watch) else {
+            self.fetch_watch();
+            return false;
+        };
+        use std::os::fd::AsFd;
+        super::watch::queue_empty(w.fd.as_fd())
+            && w.page.now() == q.gen
+            && q.files.iter().all(|(path, was)| was.same(&super::Stamp::of(path.as_deref())))
+    }
+
+    /// Fetches the engine's page and watch descriptor in the background (one fetch at a time).
+    fn fetch_watch(self: &Arc<Self>) {
+        if self.failures.load(Ordering::Relaxed) >= WATCH_TRIES
+            || self.fetching.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let link = self.clone();
+        tokio::spawn(async move {
+            let (paths, hello) = link.reach.clone();
+            let got =
+                tokio::task::spawn_blocking(move || fetch_watch_blocking(&paths, hello)).await;
+            match got {
+                Ok(Ok(w)) => {
+                    *link.watching.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(w));
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!("receipt engine: no watch for quiet runs: {e}");
+                    link.failures.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    link.failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            link.fetching.store(false, Ordering::Release);
+        });
+    }
+
+    /// Tells the engine that run `run` ended with nothing changed ([`Ask::Close`]); its
+    /// answer is not awaited (the reader drops answers nobody waits for).
+    pub async fn close(&self, run: u64) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Ok(line) = line_of(id, &Ask::Close { run }) {
+            let _ = self.writer.lock().await.write_all(&line).await;
+        }
     }
 
     /// One request and its answer.
@@ -368,6 +470,55 @@ fn connect_blocking(paths: &Paths, hello: Ask) -> Result<Connected, ChangesError
         }
         Paths::Files { socket, start, .. } => connect_file_blocking(paths, socket, start, &hello),
     }
+}
+
+/// [`Ask::Watch`] on a connection of its own: the engine's page and a copy of its watch's
+/// descriptor, which come with the answer (`SCM_RIGHTS`).
+// Blocking by name: under spawn_blocking.
+fn fetch_watch_blocking(paths: &Paths, hello: Ask) -> Result<Watching, ChangesError> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    use std::io::Write;
+    let (stream, reply, _) = connect_blocking(paths, hello)?;
+    if !matches!(reply, Reply::Hello { .. }) {
+        return Err(ChangesError::Engine(format!("unexpected answer {reply:?}")));
+    }
+    let line = line_of(1, &Ask::Watch)?;
+    (&stream).write_all(&line).map_err(|e| failed("ask for the watch", e))?;
+    stream.set_read_timeout(Some(HELLO_WAIT)).map_err(|e| failed("socket", e))?;
+    let (mut answer, mut fds) = (Vec::new(), Vec::new());
+    while !answer.contains(&b'\n') {
+        let mut chunk = [0u8; 4096];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut slices = [std::io::IoSliceMut::new(&mut chunk)];
+        #[cfg(target_os = "linux")]
+        let flags = RecvFlags::CMSG_CLOEXEC;
+        // No engine page there (see [`new_page`]): never asked.
+        #[cfg(not(target_os = "linux"))]
+        let flags = RecvFlags::empty();
+        let got = rustix::net::recvmsg(&stream, &mut slices, &mut control, flags)
+            .map_err(|e| failed("the watch", e.into()))?;
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(sent) = message {
+                fds.extend(sent);
+            }
+        }
+        if got.bytes == 0 {
+            return Err(ChangesError::Engine("the engine closed the connection".into()));
+        }
+        answer.extend_from_slice(&chunk[..got.bytes]);
+    }
+    let r: Response = serde_json::from_slice(&answer)
+        .map_err(|e| ChangesError::Engine(format!("bad answer to watch: {e}")))?;
+    let Reply::Watch { watch: id } = r.reply else {
+        return Err(ChangesError::Engine(format!("unexpected answer {:?}", r.reply)));
+    };
+    let mut fds = fds.into_iter();
+    let (Some(page), Some(fd), None) = (fds.next(), fds.next(), fds.next()) else {
+        return Err(ChangesError::Engine("the watch came without its descriptors".into()));
+    };
+    let page = super::page::Page::open(page).map_err(|e| failed("the engine's page", e))?;
+    Ok(Watching { id, page, fd })
 }
 
 /// A request's line, newline-terminated.
@@ -683,6 +834,8 @@ struct Engine {
     conns: AtomicUsize,
     next_conn: AtomicU64,
     gone: tokio::sync::Notify,
+    /// The change counter shared with clients (Linux).
+    page: Option<Arc<super::page::Page>>,
 }
 
 impl Engine {
@@ -748,17 +901,47 @@ impl Engine {
 
     async fn begin(&self, conn: u64, paths: Vec<Vec<u8>>) -> Reply {
         let Some(served) = self.served.get() else { return not_introduced() };
+        // Read before the project is found quiet: a snapshot after that counts it up.
+        let gen = self.page.as_ref().map(|p| p.now());
         let (seq, tree) = match self.fresh(served, true, None).await {
             Ok(t) => t,
             Err(e) if e.is_indexing() => return Reply::Indexing { reason: e.to_string() },
             Err(e) => return Reply::Failed { reason: e.to_string() },
         };
+        let quiet = gen.and_then(|gen| {
+            let q = served.receipts.quiet(&served.project)?;
+            let watch = q.watch.filter(|_| Arc::ptr_eq(&q.tree, &tree))?;
+            Some(QuietMark { gen, watch, files: q.files })
+        });
         let entries = paths.iter().map(|p| tree.get(p).copied()).collect();
         let mut tl = self.timeline();
         let run = tl.next_run;
         tl.next_run += 1;
         tl.runs.insert(run, Run { begin: seq, before: tree, conn });
-        Reply::Begun { run, entries }
+        Reply::Begun { run, entries, quiet }
+    }
+
+    /// A run its client saw end with nothing changed: it ends where it began (so it overlaps
+    /// no other run).
+    fn close(&self, run: u64) -> Reply {
+        let mut tl = self.timeline();
+        let Some(begin) = tl.runs.get(&run).map(|r| r.begin) else {
+            return Reply::Failed { reason: format!("the receipt engine knows no run {run}") };
+        };
+        tl.close(run, begin);
+        tl.prune();
+        Reply::Ended { deltas: Vec::new() }
+    }
+
+    /// The page and a copy of the watch's descriptor, for [`Ask::Watch`].
+    async fn watch(&self) -> (Reply, Vec<std::os::fd::OwnedFd>) {
+        let Some(served) = self.served.get() else { return (not_introduced(), Vec::new()) };
+        let page = self.page.as_ref().and_then(|p| p.fd().try_clone_to_owned().ok());
+        let watch = served.receipts.watch_descriptor(&served.project).await;
+        match (page, watch) {
+            (Some(page), Some((id, fd))) => (Reply::Watch { watch: id }, vec![page, fd]),
+            _ => (Reply::Failed { reason: "the project has no watch".into() }, Vec::new()),
+        }
     }
 
     async fn end(&self, run: u64) -> Reply {
@@ -799,7 +982,7 @@ impl Engine {
         let served = self
             .served
             .get_or_init(|| async {
-                let receipts = Receipts::bare(settings, state_root);
+                let receipts = Receipts::bare(settings, state_root).with_epoch(self.page.clone());
                 let project = receipts.project(&root, is_git);
                 Served { receipts, project }
             })
@@ -841,14 +1024,58 @@ fn not_introduced() -> Reply {
     Reply::Failed { reason: "the receipt engine was not told the project".into() }
 }
 
+/// A line to send, with descriptors to send along.
+type Out = (Vec<u8>, Vec<std::os::fd::OwnedFd>);
+
+/// Sends the start of `line` with `fds` attached (`SCM_RIGHTS`); returns how much was sent.
+async fn send_fds(
+    write: &tokio::net::unix::OwnedWriteHalf,
+    line: &[u8],
+    fds: &[std::os::fd::OwnedFd],
+) -> std::io::Result<usize> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::os::fd::AsFd;
+    let stream: &tokio::net::UnixStream = write.as_ref();
+    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+    stream
+        .async_io(tokio::io::Interest::WRITABLE, || {
+            let mut space =
+                vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            control.push(SendAncillaryMessage::ScmRights(&borrowed));
+            let slice = [std::io::IoSlice::new(line)];
+            rustix::net::sendmsg(stream, &slice, &mut control, SendFlags::empty())
+                .map_err(std::io::Error::from)
+        })
+        .await
+}
+
+/// The engine's change counter, shared with its clients: none where memfds are not (a client
+/// then always asks the engine at the end of a run).
+fn new_page() -> Option<Arc<super::page::Page>> {
+    #[cfg(target_os = "linux")]
+    match super::page::Page::create() {
+        Ok(page) => return Some(Arc::new(page)),
+        Err(e) => tracing::warn!("receipt engine: no shared page: {e}"),
+    }
+    None
+}
+
 /// Serves one client until it goes away.
 async fn serve_conn(engine: Arc<Engine>, stream: tokio::net::UnixStream) {
     let conn = engine.next_conn.fetch_add(1, Ordering::Relaxed);
     let (read, mut write) = stream.into_split();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Out>();
     let writer = tokio::spawn(async move {
-        while let Some(line) = rx.recv().await {
-            if write.write_all(&line).await.is_err() {
+        while let Some((line, fds)) = rx.recv().await {
+            let sent = match fds.is_empty() {
+                true => 0,
+                false => match send_fds(&write, &line, &fds).await {
+                    Ok(n) => n,
+                    Err(_) => break,
+                },
+            };
+            if write.write_all(&line[sent..]).await.is_err() {
                 break;
             }
         }
@@ -858,15 +1085,22 @@ async fn serve_conn(engine: Arc<Engine>, stream: tokio::net::UnixStream) {
         let Ok(req) = serde_json::from_str::<Request>(&line) else { break };
         let (engine, tx) = (engine.clone(), tx.clone());
         let answer = async move {
+            let mut fds = Vec::new();
             let reply = match req.ask {
                 hello @ Ask::Hello { .. } => engine.hello(hello).await,
                 Ask::Begin { paths } => engine.begin(conn, paths).await,
                 Ask::End { run } => engine.end(run).await,
+                Ask::Close { run } => engine.close(run),
                 Ask::Status => engine.status().await,
+                Ask::Watch => {
+                    let (reply, sent) = engine.watch().await;
+                    fds = sent;
+                    reply
+                }
             };
             if let Ok(mut out) = serde_json::to_vec(&Response { id: req.id, reply }) {
                 out.push(b'\n');
-                let _ = tx.send(out);
+                let _ = tx.send((out, fds));
             }
         };
         tokio::spawn(answer);
@@ -925,6 +1159,7 @@ pub async fn serve(arg: std::ffi::OsString) -> i32 {
         conns: AtomicUsize::new(0),
         next_conn: AtomicU64::new(1),
         gone: tokio::sync::Notify::new(),
+        page: new_page(),
     });
     loop {
         tokio::select! {

@@ -95,6 +95,8 @@ impl Budget {
 #[cfg(target_os = "linux")]
 pub struct Watch {
     ino: Inotify,
+    /// Which watch this is, in this process (a restart makes a new one).
+    id: u64,
     root: PathBuf,
     /// Watch descriptor → directory relative to the root (`b""` for the root).
     dirs: HashMap<i32, (WatchDescriptor, Vec<u8>)>,
@@ -166,8 +168,10 @@ impl Watch {
                 return Err(ChangesError::NoInotify(e));
             }
         };
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = IDS.fetch_add(1, Ordering::Relaxed);
         let mut watch =
-            Watch { ino, root: git.root.clone(), dirs: HashMap::new(), budget: budget.clone() };
+            Watch { ino, id, root: git.root.clone(), dirs: HashMap::new(), budget: budget.clone() };
         let ignored = ignored_dirs(git, &[])?;
         watch.add_tree(b"", &ignored)?;
         Ok(watch)
@@ -226,11 +230,24 @@ impl Watch {
     /// The kernel has queued no event since the last drain: nothing the watch covers changed
     /// (one `poll` with no wait, so the runtime thread may ask; the queue is left as it is).
     pub fn quiet(&self) -> bool {
-        use std::os::fd::AsRawFd;
-        let mut fd = libc::pollfd { fd: self.ino.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one pollfd of ours, no wait.
-        let ready = unsafe { libc::poll(&mut fd, 1, 0) };
-        ready == 0
+        use std::os::fd::{AsRawFd, BorrowedFd};
+        // SAFETY: the descriptor of our inotify instance, open while `self` lives.
+        queue_empty(unsafe { BorrowedFd::borrow_raw(self.ino.as_raw_fd()) })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// A copy of the inotify descriptor, for a client of the engine to ask [`quiet`] itself
+    /// (it never reads the queue: see [`super::page`]).
+    ///
+    /// [`quiet`]: Watch::quiet
+    pub fn descriptor(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::{AsRawFd, BorrowedFd};
+        // SAFETY: the descriptor of our inotify instance, open while `self` lives.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.ino.as_raw_fd()) };
+        fd.try_clone_to_owned()
     }
 
     /// Takes every event the kernel queued since the last drain.
@@ -351,6 +368,14 @@ impl Watch {
         match self.never {}
     }
 
+    pub fn id(&self) -> u64 {
+        match self.never {}
+    }
+
+    pub fn descriptor(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        match self.never {}
+    }
+
     pub fn drain(&mut self) -> Seen {
         match self.never {}
     }
@@ -362,6 +387,16 @@ impl Watch {
     ) -> Result<HashSet<Vec<u8>>, ChangesError> {
         match self.never {}
     }
+}
+
+/// Nothing is queued on the inotify instance `fd` (one `poll` with no wait; the queue is left
+/// as it is).
+pub fn queue_empty(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd of ours, no wait.
+    let ready = unsafe { libc::poll(&mut p, 1, 0) };
+    ready == 0
 }
 
 /// The `git add` path specs that re-read what `seen` names: `:(glob)dir/*` for a directory's

@@ -833,9 +833,8 @@ open(ready, "w").write("x\n")
 open(go).read()
 "#;
 
-/// The portable paths (`AGENT_BASH_PORTABLE=1`, `make test`'s second run) have no fence: the
-/// attacks on it run in the first.
-#[cfg(target_os = "linux")]
+/// The portable paths (`AGENT_BASH_PORTABLE=1`, `make test`'s second run) have no fence (the
+/// attacks on it run in the first) and no watch.
 fn portable() -> bool {
     std::env::var("AGENT_BASH_PORTABLE").as_deref() == Ok("1")
 }
@@ -1180,3 +1179,61 @@ async fn changes_in_place_skip_git_add_and_stay_exact() {
     assert_eq!(std::fs::read_to_string(p.join("keep/x")).unwrap(), "3\n");
     rpc.stop().await;
 }
+
+/// Whether process `pid` holds an inotify instance: a backend does once it has its engine's
+/// watch for quiet runs (it watches nothing itself).
+fn holds_inotify(pid: u32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:inotify")
+    })
+}
+
+/// A run begun on a quiet project ends without asking the engine only when nothing can have
+/// changed during it: its backend checks the engine's change counter, its copy of the watch's
+/// queue and the ignore files outside the tree. Here A's change is taken off the queue by B's
+/// snapshot before A ends (the queue is empty again, the counter moved), and A's next run
+/// edits `.git/info/exclude` (no event in the tree, its stamp moved): both receipts are exact.
+#[tokio::test]
+async fn changes_of_a_quiet_run_stay_exact_when_its_change_is_read_elsewhere() {
+    if portable() || !cfg!(target_os = "linux") {
+        return; // no watch there: every run asks the engine
+    }
+    let home = tempfile::tempdir().unwrap();
+    let (project, sync) = (repo(home.path()), tempfile::tempdir().unwrap());
+    write(&project.path().join("secret.txt"), "ignored by info/exclude\n");
+    let cwd = project.path().to_str().unwrap();
+    let (wrote, go) = (fifo(&sync.path().join("wrote")), fifo(&sync.path().join("go")));
+    let mut a = rpc_in(home.path()).await;
+    let mut b = rpc_in(home.path()).await;
+    for rpc in [&mut a, &mut b] {
+        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+        assert_eq!(r["changesCount"], 0, "receipts are on: {r}");
+    }
+    // A's first quiet run sends for the watch; its next ones use it.
+    let (pid, end) = (a.child.id().unwrap(), std::time::Instant::now() + CALL_WAIT);
+    while !holds_inotify(pid) {
+        assert!(std::time::Instant::now() < end, "backend A never got the engine's watch");
+        a.tool(json!({"cwd": cwd, "command": "true"})).await;
+    }
+    let run = format!(
+        "echo x > during.txt; echo > {}; cat {} > /dev/null",
+        wrote.display(),
+        go.display()
+    );
+    let ra = a.send(json!({"type": "tool_call", "cwd": cwd, "command": run})).await;
+    heard(&wrote).await;
+    let r = b.tool(json!({"cwd": cwd, "command": "true"})).await;
+    assert_eq!(r["changesCount"], 0, "B's run changed nothing: {r}");
+    release(&go).await;
+    let ra = a.response(&ra).await;
+    assert_eq!(changes(&ra["data"]), pairs(&[("during.txt", "added")]), "{ra}");
+
+    let r = a.tool(json!({"cwd": cwd, "command": ": > .git/info/exclude"})).await;
+    assert_eq!(changes(&r), pairs(&[("secret.txt", "added")]), "{r}");
+    b.stop().await;
+    a.stop().await;
+}
+
+/// How long a test waits for a backend to pick something up in the background.
+const CALL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
