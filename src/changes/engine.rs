@@ -275,7 +275,7 @@ pub struct Link {
     /// How to reach the engine again (for [`Ask::Watch`], on a connection of its own).
     reach: (Paths, Ask),
     /// The engine's change counter and a copy of its watch's descriptor, once fetched.
-    watching: Mutex<Option<Arc<Watching>>>,
+    watching: Arc<Mutex<Option<Arc<Watching>>>>,
     /// A fetch is going on, and how many failed (after [`WATCH_TRIES`], no more).
     fetching: AtomicBool,
     failures: AtomicUsize,
@@ -321,11 +321,12 @@ impl Link {
             shadow,
             pid,
             reach,
-            watching: Mutex::default(),
+            watching: Arc::default(),
             fetching: AtomicBool::new(false),
             failures: AtomicUsize::new(0),
         });
         let (pending, alive) = (link.pending.clone(), link.alive.clone());
+        let watching = link.watching.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(read).lines();
             while let Ok(Some(line)) = lines.next_line().await {
@@ -338,6 +339,8 @@ impl Link {
             alive.store(false, Ordering::Release);
             // The waiters' senders go: each of them hears that the engine is gone.
             pending.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            // The copy of its watch's descriptor would keep that watch alive in the kernel.
+            watching.lock().unwrap_or_else(|e| e.into_inner()).take();
         });
         Ok(link)
     }
@@ -348,8 +351,15 @@ impl Link {
     /// since), and the ignore files outside the tree are as they were. `false` when it cannot
     /// be told (the descriptor is then fetched, for later runs).
     pub fn still_quiet(self: &Arc<Self>, q: &QuietMark) -> bool {
-        let watching = self.watching.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(w) = watching.filter(|w| w.id == q.watch) else {
+        let w = {
+            let mut held = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+            // A watch the engine replaced: our copy would keep it alive in the kernel.
+            if held.as_ref().is_some_and(|w| w.id != q.watch) {
+                held.take();
+            }
+            held.clone()
+        };
+        let Some(w) = w else {
             self.fetch_watch();
             return false;
         };
@@ -854,19 +864,29 @@ impl Engine {
         may_defer: bool,
         ending: Option<u64>,
     ) -> Result<(u64, Arc<Tree>), ChangesError> {
-        if let Some(tree) = served.receipts.unchanged(&served.project) {
+        self.fresh_marked(served, may_defer, ending).await.map(|(seq, tree, _)| (seq, tree))
+    }
+
+    /// [`Engine::fresh`], with the mark of a quiet project when it was found unchanged.
+    async fn fresh_marked(
+        &self,
+        served: &Served,
+        may_defer: bool,
+        ending: Option<u64>,
+    ) -> Result<(u64, Arc<Tree>, Option<QuietMark>), ChangesError> {
+        if let Some((tree, mark)) = self.quiet(served) {
             let tl = self.timeline();
             // The project's latest tree is the timeline's latest too (not one whose number is
             // still being given).
             if tl.tree.as_ref().is_some_and(|t| Arc::ptr_eq(t, &tree)) {
-                return Ok((tl.seq, tree));
+                return Ok((tl.seq, tree, mark));
             }
         }
         let ticket = self.started.load(Ordering::Acquire);
         let mut last = self.snap.lock().await;
         if let Some((start, seq, tree)) = last.as_ref() {
             if *start > ticket {
-                return Ok((*seq, tree.clone()));
+                return Ok((*seq, tree.clone(), None));
             }
         }
         let start = self.started.fetch_add(1, Ordering::AcqRel) + 1;
@@ -896,22 +916,30 @@ impl Engine {
             seq
         };
         *last = Some((start, seq, tree.clone()));
-        Ok((seq, tree))
+        Ok((seq, tree, None))
+    }
+
+    /// The project's latest tree when it is unchanged, with its quiet mark (when the engine
+    /// has a page and the project a watch). The counter is read first: a snapshot after that
+    /// counts it up, and the mark no longer holds.
+    fn quiet(&self, served: &Served) -> Option<(Arc<Tree>, Option<QuietMark>)> {
+        let gen = self.page.as_ref().map(|p| p.now());
+        let q = served.receipts.quiet(&served.project)?;
+        let mark = gen.zip(q.watch).map(|(gen, watch)| QuietMark { gen, watch, files: q.files });
+        Some((q.tree, mark))
     }
 
     async fn begin(&self, conn: u64, paths: Vec<Vec<u8>>) -> Reply {
         let Some(served) = self.served.get() else { return not_introduced() };
-        // Read before the project is found quiet: a snapshot after that counts it up.
-        let gen = self.page.as_ref().map(|p| p.now());
-        let (seq, tree) = match self.fresh(served, true, None).await {
+        let (seq, tree, quiet) = match self.fresh_marked(served, true, None).await {
             Ok(t) => t,
             Err(e) if e.is_indexing() => return Reply::Indexing { reason: e.to_string() },
             Err(e) => return Reply::Failed { reason: e.to_string() },
         };
-        let quiet = gen.and_then(|gen| {
-            let q = served.receipts.quiet(&served.project)?;
-            let watch = q.watch.filter(|_| Arc::ptr_eq(&q.tree, &tree))?;
-            Some(QuietMark { gen, watch, files: q.files })
+        // After a snapshot: quiet now, and that tree still the latest.
+        let quiet = quiet.or_else(|| {
+            let (latest, mark) = self.quiet(served)?;
+            mark.filter(|_| Arc::ptr_eq(&latest, &tree))
         });
         let entries = paths.iter().map(|p| tree.get(p).copied()).collect();
         let mut tl = self.timeline();
