@@ -248,13 +248,43 @@ pub enum Begin {
         project: Arc<Project>,
         before: Arc<Tree>,
     },
-    /// The project's shared engine holds the run (`run`, its id there).
+    /// The project's shared engine holds the run.
     Shared {
-        link: Arc<engine::Link>,
-        run: u64,
+        open: OpenRun,
         git: Git,
         quiet: Option<engine::QuietMark>,
     },
+}
+
+/// A run open in a shared engine (`run`, its id there). Dropped before its end was asked (a
+/// warm-up's snapshot, a command that never started), it is closed where it began: an engine
+/// that kept it going would mark every later change in the project as overlapping it, and
+/// undo would refuse them all.
+#[derive(Debug)]
+pub struct OpenRun {
+    link: Arc<engine::Link>,
+    run: u64,
+    open: bool,
+}
+
+impl OpenRun {
+    /// The run's end is asked (or told) by its owner now.
+    fn ended(mut self) -> (Arc<engine::Link>, u64) {
+        self.open = false;
+        (self.link.clone(), self.run)
+    }
+}
+
+impl Drop for OpenRun {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (link, run) = (self.link.clone(), self.run);
+            rt.spawn(async move { link.close(run).await });
+        }
+    }
 }
 
 /// Why an undo did not happen.
@@ -759,7 +789,7 @@ impl Receipts {
             return match link.ask(engine::Ask::Begin { paths: Vec::new() }).await {
                 Ok(engine::Reply::Begun { run, quiet, .. }) => {
                     let git = Git { bin: self.bin(), shadow: link.shadow.clone(), root };
-                    Begin::Shared { link, run, git, quiet }
+                    Begin::Shared { open: OpenRun { link, run, open: true }, git, quiet }
                 }
                 Ok(engine::Reply::Indexing { reason }) => Begin::Indexing { root, reason },
                 Ok(engine::Reply::Failed { reason }) => Begin::Unavailable(reason),
@@ -885,7 +915,8 @@ impl Receipts {
             Begin::Unavailable(reason) => return Receipt::Unavailable(reason),
             Begin::Indexing { root, reason } => return Receipt::Indexing { root, reason },
             Begin::Taken { project, before } => (project, before),
-            Begin::Shared { link, run, git, quiet } => {
+            Begin::Shared { open, git, quiet } => {
+                let (link, run) = open.ended();
                 // Nothing changed during the run, as the engine's counter and watch tell: the
                 // engine is told, and not waited for.
                 if quiet.is_some_and(|q| link.still_quiet(&q)) {

@@ -41,6 +41,20 @@ impl Editor {
 
     /// An editor with the plugin at `plugin_dir` on 'runtimepath' and extra environment.
     pub async fn start_with(resize: bool, plugin_dir: &str, env: &[(&str, &str)]) -> Editor {
+        Editor::start_at(resize, plugin_dir, env, None).await
+    }
+
+    /// An editor started in `cwd` (`nvim` typed in a project), as [`Editor::start`] else.
+    pub async fn start_in(cwd: &Path) -> Editor {
+        Editor::start_at(true, env!("CARGO_MANIFEST_DIR"), &[], Some(cwd)).await
+    }
+
+    async fn start_at(
+        resize: bool,
+        plugin_dir: &str,
+        env: &[(&str, &str)],
+        cwd: Option<&Path>,
+    ) -> Editor {
         let home = tempfile::tempdir().unwrap();
         let repo = plugin_dir;
         let mut cmd = tokio::process::Command::new(nvim_bin());
@@ -50,7 +64,7 @@ impl Editor {
             .env("XDG_DATA_HOME", home.path().join("data"))
             .env("XDG_CONFIG_HOME", home.path().join("config"))
             .env("XDG_CACHE_HOME", home.path().join("cache"))
-            .current_dir(home.path())
+            .current_dir(cwd.unwrap_or(home.path()))
             .envs(env.iter().copied())
             .kill_on_drop(true);
         let (nvim, _io, child) = new_child_cmd(&mut cmd, Dummy::new()).await.unwrap();
@@ -951,4 +965,34 @@ async fn health(ed: &Editor) -> String {
         ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')").await;
     ed.cmd("bwipe").await;
     text.as_str().unwrap().to_string()
+}
+
+/// An editor started in a project warms up (its bang shell and the project's first snapshot,
+/// `prewarm`) before the user's first command. That warm-up's snapshot opened a run in the
+/// project's receipt engine and never ended it: every later change overlapped it, and
+/// `:AgentBashUndo` refused them all ("overlapped another run"). Now it is closed where it
+/// began, and the user's undo goes through.
+#[tokio::test]
+async fn nvim_undo_goes_through_after_a_warm_up_in_the_project() {
+    let project = tempfile::tempdir().unwrap();
+    let p = project.path();
+    std::fs::write(p.join("a.txt"), "one\n").unwrap();
+    let ed = Editor::start_in(p).await;
+    let settings = p.join("../agent-bash-warm-test.toml");
+    std::fs::write(&settings, "[changes]\nmax_snapshot_ms = 60000\n").unwrap();
+    ed.lua(&format!(
+        "require('agent_bash').setup({{settings_file = {:?}}})
+         vim.fn.confirm = function() return 1 end
+         require('agent_bash.backend').prewarm()",
+        settings.to_str().unwrap()
+    ))
+    .await;
+    ed.wait_lua("require('agent_bash.backend').info().warmed ~= nil").await;
+    ed.tool_call("t", "{command = 'echo two > a.txt'}").await;
+    ed.wait_lua("_G.results.t").await;
+    let id = ed.lua("return _G.results.t.changes_id").await;
+    assert!(id.as_i64().is_some(), "a receipt: {id:?}");
+    ed.cmd("AgentBashUndo").await;
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "one\n");
+    let _ = std::fs::remove_file(&settings);
 }
