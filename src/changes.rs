@@ -256,10 +256,10 @@ pub enum Begin {
     },
 }
 
-/// A run open in a shared engine (`run`, its id there). Dropped before its end was asked (a
-/// warm-up's snapshot, a command that never started), it is closed where it began: an engine
-/// that kept it going would mark every later change in the project as overlapping it, and
-/// undo would refuse them all.
+/// A run open in a shared engine (`run`, its id there). Dropped before its end was answered (a
+/// warm-up's snapshot, a command that failed or a call cancelled while it ran), it is closed
+/// then, overlapping what changed meanwhile: an engine that kept it going would mark every
+/// later change in the project as overlapping it, and undo would refuse them all.
 #[derive(Debug)]
 pub struct OpenRun {
     link: Arc<engine::Link>,
@@ -268,10 +268,9 @@ pub struct OpenRun {
 }
 
 impl OpenRun {
-    /// The run's end is asked (or told) by its owner now.
-    fn ended(mut self) -> (Arc<engine::Link>, u64) {
+    /// Its end was answered (or told): nothing to close when dropped.
+    fn ended(mut self) {
         self.open = false;
-        (self.link.clone(), self.run)
     }
 }
 
@@ -282,7 +281,7 @@ impl Drop for OpenRun {
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let (link, run) = (self.link.clone(), self.run);
-            rt.spawn(async move { link.close(run).await });
+            rt.spawn(async move { link.close(run, false).await });
         }
     }
 }
@@ -916,16 +915,20 @@ impl Receipts {
             Begin::Indexing { root, reason } => return Receipt::Indexing { root, reason },
             Begin::Taken { project, before } => (project, before),
             Begin::Shared { open, git, quiet } => {
-                let (link, run) = open.ended();
+                let (link, run) = (open.link.clone(), open.run);
                 // Nothing changed during the run, as the engine's counter and watch tell: the
                 // engine is told, and not waited for.
                 if quiet.is_some_and(|q| link.still_quiet(&q)) {
+                    open.ended();
                     // After this task has given its result on (the write wakes the engine).
                     let l = link.clone();
-                    tokio::spawn(async move { l.close(run).await });
+                    tokio::spawn(async move { l.close(run, true).await });
                     return self.report(Source::Shared(link, git), command, Vec::new());
                 }
-                return match end_shared(&link, run).await {
+                // Dropped while waiting (a cancelled call), the guard still closes the run.
+                let ended = end_shared(&link, run).await;
+                open.ended();
+                return match ended {
                     Ok(deltas) => self.report(Source::Shared(link, git), command, deltas),
                     Err(reason) => Receipt::Unavailable(reason.to_string()),
                 };

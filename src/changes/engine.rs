@@ -76,9 +76,10 @@ pub enum Ask {
     Begin { paths: Vec<Vec<u8>> },
     /// The run ends: its receipt.
     End { run: u64 },
-    /// The run ended and its client saw that nothing changed during it (see [`super::page`]):
-    /// no snapshot, and no answer awaited.
-    Close { run: u64 },
+    /// The run ended without a receipt, no answer awaited. `quiet`: its client saw that
+    /// nothing changed during it (see [`super::page`]), and it ends where it began; else (a run
+    /// dropped before its end was asked) it ends now, overlapping what changed meanwhile.
+    Close { run: u64, quiet: bool },
     /// The engine's change counter and a copy of its watch's descriptor, sent with the answer
     /// (`SCM_RIGHTS`, Linux).
     Watch,
@@ -351,6 +352,9 @@ impl Link {
     /// since), and the ignore files outside the tree are as they were. `false` when it cannot
     /// be told (the descriptor is then fetched, for later runs).
     pub fn still_quiet(self: &Arc<Self>, q: &QuietMark) -> bool {
+        if !self.alive() {
+            return false;
+        }
         let w = {
             let mut held = self.watching.lock().unwrap_or_else(|e| e.into_inner());
             // A watch the engine replaced: our copy would keep it alive in the kernel.
@@ -379,8 +383,9 @@ impl Link {
         let link = self.clone();
         tokio::spawn(async move {
             let (paths, hello) = link.reach.clone();
+            let pid = link.pid;
             let got =
-                tokio::task::spawn_blocking(move || fetch_watch_blocking(&paths, hello)).await;
+                tokio::task::spawn_blocking(move || fetch_watch_blocking(&paths, hello, pid)).await;
             match got {
                 Ok(Ok(w)) => {
                     *link.watching.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(w));
@@ -397,11 +402,11 @@ impl Link {
         });
     }
 
-    /// Tells the engine that run `run` ended with nothing changed ([`Ask::Close`]); its
-    /// answer is not awaited (the reader drops answers nobody waits for).
-    pub async fn close(&self, run: u64) {
+    /// Tells the engine that run `run` ended ([`Ask::Close`]); its answer is not awaited (the
+    /// reader drops answers nobody waits for).
+    pub async fn close(&self, run: u64, quiet: bool) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        if let Ok(line) = line_of(id, &Ask::Close { run }) {
+        if let Ok(line) = line_of(id, &Ask::Close { run, quiet }) {
             let _ = self.writer.lock().await.write_all(&line).await;
         }
     }
@@ -485,12 +490,17 @@ fn connect_blocking(paths: &Paths, hello: Ask) -> Result<Connected, ChangesError
 /// [`Ask::Watch`] on a connection of its own: the engine's page and a copy of its watch's
 /// descriptor, which come with the answer (`SCM_RIGHTS`).
 // Blocking by name: under spawn_blocking.
-fn fetch_watch_blocking(paths: &Paths, hello: Ask) -> Result<Watching, ChangesError> {
+fn fetch_watch_blocking(paths: &Paths, hello: Ask, pid: u32) -> Result<Watching, ChangesError> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     use std::io::Write;
-    let (stream, reply, _) = connect_blocking(paths, hello)?;
+    let (stream, reply, answered) = connect_blocking(paths, hello)?;
     if !matches!(reply, Reply::Hello { .. }) {
         return Err(ChangesError::Engine(format!("unexpected answer {reply:?}")));
+    }
+    // Another engine than the link's (that one ended): its watch and counter tell nothing of
+    // the runs begun in the link's.
+    if answered != pid {
+        return Err(ChangesError::Engine("the engine changed".into()));
     }
     let line = line_of(1, &Ask::Watch)?;
     (&stream).write_all(&line).map_err(|e| failed("ask for the watch", e))?;
@@ -949,14 +959,15 @@ impl Engine {
         Reply::Begun { run, entries, quiet }
     }
 
-    /// A run its client saw end with nothing changed: it ends where it began (so it overlaps
-    /// no other run).
-    fn close(&self, run: u64) -> Reply {
+    /// A run that ends without a receipt: where it began when its client saw nothing change
+    /// during it (so it overlaps no other run), else now (as when its backend goes away).
+    fn close(&self, run: u64, quiet: bool) -> Reply {
         let mut tl = self.timeline();
         let Some(begin) = tl.runs.get(&run).map(|r| r.begin) else {
             return Reply::Failed { reason: format!("the receipt engine knows no run {run}") };
         };
-        tl.close(run, begin);
+        let end = if quiet { begin } else { tl.seq };
+        tl.close(run, end);
         tl.prune();
         Reply::Ended { deltas: Vec::new() }
     }
@@ -1118,7 +1129,7 @@ async fn serve_conn(engine: Arc<Engine>, stream: tokio::net::UnixStream) {
                 hello @ Ask::Hello { .. } => engine.hello(hello).await,
                 Ask::Begin { paths } => engine.begin(conn, paths).await,
                 Ask::End { run } => engine.end(run).await,
-                Ask::Close { run } => engine.close(run),
+                Ask::Close { run, quiet } => engine.close(run, quiet),
                 Ask::Status => engine.status().await,
                 Ask::Watch => {
                     let (reply, sent) = engine.watch().await;
