@@ -214,7 +214,7 @@ fn read_one(root: &Path, path: &[u8], content: &mut Vec<u8>) -> Option<Item> {
             }
             content.reserve(st.st_size as usize);
             std::fs::File::from(fd).read_to_end(content).ok()?;
-            let mode = if st.st_mode & 0o100 != 0 { 0o100755 } else { 0o100644 };
+            let mode = super::quick::mode_of(st.st_mode);
             (st, mode, content.len() as u64 == st.st_size as u64)
         }
         // O_NOFOLLOW on a symbolic link.

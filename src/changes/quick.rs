@@ -141,7 +141,7 @@ pub const FS_CLOCK: libc::clockid_t = libc::CLOCK_REALTIME_COARSE;
 pub const FS_CLOCK: libc::clockid_t = libc::CLOCK_REALTIME;
 
 /// git's mode for a regular file: executable when its owner may execute it.
-fn mode_of(st_mode: impl Into<u32>) -> u32 {
+pub(super) fn mode_of(st_mode: impl Into<u32>) -> u32 {
     // u16 on macOS.
     let st_mode: u32 = st_mode.into();
     if st_mode & 0o100 != 0 {
