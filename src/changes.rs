@@ -263,14 +263,59 @@ pub enum Begin {
 #[derive(Debug)]
 pub struct OpenRun {
     link: Arc<engine::Link>,
-    run: u64,
+    run: RunId,
     open: bool,
+}
+
+/// How a run is known to its engine: by the id it answered, or by the slot this backend claimed
+/// without asking (see [`page`]).
+#[derive(Debug, Clone)]
+enum RunId {
+    Asked(u64),
+    Claimed(engine::Claim),
 }
 
 impl OpenRun {
     /// Its end was answered (or told): nothing to close when dropped.
     fn ended(mut self) {
         self.open = false;
+    }
+
+    /// Nothing changed during the run (its mark still holds): the engine is told without
+    /// waiting, or, for a claim it never adopted, not at all.
+    fn end_quiet(self) {
+        match &self.run {
+            RunId::Asked(run) => {
+                // After this task has given its result on (the write wakes the engine).
+                let (link, run) = (self.link.clone(), *run);
+                tokio::spawn(async move { link.close(run, true).await });
+            }
+            RunId::Claimed(claim) => self.link.let_go(claim, true),
+        }
+        self.ended();
+    }
+
+    /// The run's receipt, from its engine.
+    async fn end(self) -> Result<Vec<Delta>, ChangesError> {
+        let (link, run) = (self.link.clone(), self.run.clone());
+        let reply = match run {
+            // Dropped while waiting (a cancelled call), the guard still closes the run.
+            RunId::Asked(run) => {
+                let reply = link.ask(engine::Ask::End { run }).await;
+                self.ended();
+                reply
+            }
+            // The end goes on when dropped (see [`engine::Link::end_claim`]).
+            RunId::Claimed(claim) => {
+                self.ended();
+                link.end_claim(claim).await
+            }
+        };
+        match reply? {
+            engine::Reply::Ended { deltas } => Ok(deltas),
+            engine::Reply::Failed { reason } => Err(ChangesError::Engine(reason)),
+            other => Err(ChangesError::Engine(format!("the receipt engine answered {other:?}"))),
+        }
     }
 }
 
@@ -279,9 +324,15 @@ impl Drop for OpenRun {
         if !self.open {
             return;
         }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (link, run) = (self.link.clone(), self.run);
-            rt.spawn(async move { link.close(run, false).await });
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        match &self.run {
+            RunId::Asked(run) => {
+                let (link, run) = (self.link.clone(), *run);
+                tokio::spawn(async move { link.close(run, false).await });
+            }
+            RunId::Claimed(claim) => self.link.let_go(claim, false),
         }
     }
 }
@@ -785,10 +836,24 @@ impl Receipts {
             Err(reason) => return Begin::Unavailable(reason.into()),
         };
         if let Some(link) = self.link(&root, is_git).await {
+            let git = |link: &engine::Link| Git {
+                bin: self.bin(),
+                shadow: link.shadow.clone(),
+                root: root.clone(),
+            };
+            if let Some((claim, quiet)) = link.begin_quiet() {
+                let git = git(&link);
+                let open = OpenRun { link, run: RunId::Claimed(claim), open: true };
+                return Begin::Shared { open, git, quiet: Some(quiet) };
+            }
             return match link.ask(engine::Ask::Begin { paths: Vec::new() }).await {
                 Ok(engine::Reply::Begun { run, quiet, .. }) => {
-                    let git = Git { bin: self.bin(), shadow: link.shadow.clone(), root };
-                    Begin::Shared { open: OpenRun { link, run, open: true }, git, quiet }
+                    if let Some(q) = &quiet {
+                        link.remember(q);
+                    }
+                    let git = git(&link);
+                    let open = OpenRun { link, run: RunId::Asked(run), open: true };
+                    Begin::Shared { open, git, quiet }
                 }
                 Ok(engine::Reply::Indexing { reason }) => Begin::Indexing { root, reason },
                 Ok(engine::Reply::Failed { reason }) => Begin::Unavailable(reason),
@@ -915,20 +980,14 @@ impl Receipts {
             Begin::Indexing { root, reason } => return Receipt::Indexing { root, reason },
             Begin::Taken { project, before } => (project, before),
             Begin::Shared { open, git, quiet } => {
-                let (link, run) = (open.link.clone(), open.run);
+                let link = open.link.clone();
                 // Nothing changed during the run, as the engine's counter and watch tell: the
                 // engine is told, and not waited for.
                 if quiet.is_some_and(|q| link.still_quiet(&q)) {
-                    open.ended();
-                    // After this task has given its result on (the write wakes the engine).
-                    let l = link.clone();
-                    tokio::spawn(async move { l.close(run, true).await });
+                    open.end_quiet();
                     return self.report(Source::Shared(link, git), command, Vec::new());
                 }
-                // Dropped while waiting (a cancelled call), the guard still closes the run.
-                let ended = end_shared(&link, run).await;
-                open.ended();
-                return match ended {
+                return match open.end().await {
                     Ok(deltas) => self.report(Source::Shared(link, git), command, deltas),
                     Err(reason) => Receipt::Unavailable(reason.to_string()),
                 };

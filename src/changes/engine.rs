@@ -76,6 +76,9 @@ pub enum Ask {
     Begin { paths: Vec<Vec<u8>> },
     /// The run ends: its receipt.
     End { run: u64 },
+    /// The run begun in slot `slot` of the connection's block ends: its receipt (see
+    /// [`super::page`]; a claim not adopted yet is adopted first).
+    EndSlot { slot: usize },
     /// The run ended without a receipt, no answer awaited. `quiet`: its client saw that
     /// nothing changed during it (see [`super::page`]), and it ends where it began; else (a run
     /// dropped before its end was asked) it ends now, overlapping what changed meanwhile.
@@ -101,6 +104,9 @@ pub enum Reply {
     Hello {
         shadow: PathBuf,
         pid: u32,
+        /// The connection's block of slots in the engine's page, for runs begun without asking.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        block: Option<usize>,
     },
     Begun {
         run: u64,
@@ -139,12 +145,17 @@ pub struct QuietMark {
     gen: u64,
     watch: u64,
     files: Vec<(Option<PathBuf>, super::Stamp)>,
+    /// The number of the snapshot the project is found as: a run begun without asking while the
+    /// mark holds claims it.
+    #[serde(default)]
+    seq: u64,
 }
 
 /// An engine of another protocol is another engine (its name differs). 3: the `status` ask
 /// and the `indexing` reply (an engine or backend of 2 would end the connection on them).
-/// 4: quiet runs (`close`, `watch`, the `quiet` of `begun`).
-pub const PROTOCOL: u32 = 4;
+/// 4: quiet runs (`close`, `watch`, the `quiet` of `begun`). 5: runs begun without asking
+/// (slots in the page, `end_slot`, the `block` of `hello`).
+pub const PROTOCOL: u32 = 5;
 
 /// Where the engines of this user are found.
 #[derive(Debug, Clone)]
@@ -280,14 +291,36 @@ pub struct Link {
     /// A fetch is going on, and how many failed (after [`WATCH_TRIES`], no more).
     fetching: AtomicBool,
     failures: AtomicUsize,
+    /// This connection's block of slots in the engine's page (see [`super::page`]).
+    block: Option<usize>,
+    /// The latest quiet mark the engine gave: while it holds, a run begins without asking.
+    mark: Mutex<Option<QuietMark>>,
+}
+
+/// A run begun without asking: its slot in the engine's page.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    block: usize,
+    slot: usize,
+    page: Arc<super::page::Page>,
 }
 
 /// What [`Ask::Watch`] brought: the engine's page and a copy of its watch's descriptor.
 #[derive(Debug)]
 struct Watching {
     id: u64,
-    page: super::page::Page,
+    page: Arc<super::page::Page>,
     fd: std::os::fd::OwnedFd,
+}
+
+impl Watching {
+    /// Nothing queued on the watch now, the counter as at `q` and the ignore files too.
+    fn quiet_as(&self, q: &QuietMark) -> bool {
+        use std::os::fd::AsFd;
+        super::watch::queue_empty(self.fd.as_fd())
+            && self.page.now() == q.gen
+            && q.files.iter().all(|(path, was)| was.same(&super::Stamp::of(path.as_deref())))
+    }
 }
 
 /// Failed fetches of the watch after which a link always asks the engine at a run's end.
@@ -303,8 +336,8 @@ impl Link {
         let reach = (paths.clone(), hello.clone());
         let (stream, reply, pid) =
             tokio::task::spawn_blocking(move || connect_blocking(&paths, hello)).await??;
-        let shadow = match reply {
-            Reply::Hello { shadow, .. } => shadow,
+        let (shadow, block) = match reply {
+            Reply::Hello { shadow, block, .. } => (shadow, block),
             Reply::Failed { reason } => return Err(ChangesError::Engine(reason)),
             other => return Err(ChangesError::Engine(format!("unexpected answer {other:?}"))),
         };
@@ -325,6 +358,8 @@ impl Link {
             watching: Arc::default(),
             fetching: AtomicBool::new(false),
             failures: AtomicUsize::new(0),
+            block: block.filter(|&b| b < super::page::BLOCKS),
+            mark: Mutex::default(),
         });
         let (pending, alive) = (link.pending.clone(), link.alive.clone());
         let watching = link.watching.clone();
@@ -352,8 +387,13 @@ impl Link {
     /// since), and the ignore files outside the tree are as they were. `false` when it cannot
     /// be told (the descriptor is then fetched, for later runs).
     pub fn still_quiet(self: &Arc<Self>, q: &QuietMark) -> bool {
+        self.watching(q).is_some_and(|w| w.quiet_as(q))
+    }
+
+    /// The page and descriptor of the watch `q` was given for, when held (else fetched).
+    fn watching(self: &Arc<Self>, q: &QuietMark) -> Option<Arc<Watching>> {
         if !self.alive() {
-            return false;
+            return None;
         }
         let w = {
             let mut held = self.watching.lock().unwrap_or_else(|e| e.into_inner());
@@ -363,14 +403,58 @@ impl Link {
             }
             held.clone()
         };
-        let Some(w) = w else {
+        if w.is_none() {
             self.fetch_watch();
-            return false;
-        };
-        use std::os::fd::AsFd;
-        super::watch::queue_empty(w.fd.as_fd())
-            && w.page.now() == q.gen
-            && q.files.iter().all(|(path, was)| was.same(&super::Stamp::of(path.as_deref())))
+        }
+        w
+    }
+
+    /// Keeps `q` (the engine's latest quiet mark) for runs begun without asking.
+    pub fn remember(&self, q: &QuietMark) {
+        *self.mark.lock().unwrap_or_else(|e| e.into_inner()) = Some(q.clone());
+    }
+
+    /// A run begun without asking the engine: the project is as quiet as at the latest mark,
+    /// and a slot of this connection's block is claimed at its snapshot, before any later
+    /// snapshot took the lock (see [`super::page`]). `None`: ask.
+    pub fn begin_quiet(self: &Arc<Self>) -> Option<(Claim, QuietMark)> {
+        let block = self.block?;
+        let q = self.mark.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+        let w = self.watching(&q)?;
+        if w.page.now() != q.gen || !w.quiet_as(&q) {
+            return None;
+        }
+        let slot = w.page.claim(block, q.seq)?;
+        let claim = Claim { block, slot, page: w.page.clone() };
+        if w.page.now() == q.gen {
+            return Some((claim, q));
+        }
+        // A snapshot took the lock meanwhile: it may have read the queue before the claim.
+        self.let_go(&claim, false);
+        None
+    }
+
+    /// A claimed run is over: the claim taken back (no message), or the run the engine made
+    /// of it closed (where it began when `quiet`, else now, as [`Link::close`] does).
+    pub fn let_go(self: &Arc<Self>, claim: &Claim, quiet: bool) {
+        if let super::page::Taken::Run(run) = claim.page.take_back(claim.block, claim.slot) {
+            claim.page.free(claim.block, claim.slot);
+            let link = self.clone();
+            tokio::spawn(async move { link.close(run, quiet).await });
+        }
+    }
+
+    /// A claimed run ends: the engine's answer ([`Ask::EndSlot`]). The slot is free once
+    /// answered, by a task of its own: dropped while waiting (a cancelled call), the run still
+    /// ends in the engine, and the slot is not given to another run before.
+    pub async fn end_claim(self: &Arc<Self>, claim: Claim) -> Result<Reply, ChangesError> {
+        let link = self.clone();
+        let task = tokio::spawn(async move {
+            let reply = link.ask(Ask::EndSlot { slot: claim.slot }).await;
+            claim.page.free(claim.block, claim.slot);
+            reply
+        });
+        task.await.map_err(|e| ChangesError::Engine(format!("the end of a run failed: {e}")))?
     }
 
     /// Fetches the engine's page and watch descriptor in the background (one fetch at a time).
@@ -538,7 +622,7 @@ fn fetch_watch_blocking(paths: &Paths, hello: Ask, pid: u32) -> Result<Watching,
         return Err(ChangesError::Engine("the watch came without its descriptors".into()));
     };
     let page = super::page::Page::open(page).map_err(|e| failed("the engine's page", e))?;
-    Ok(Watching { id, page, fd })
+    Ok(Watching { id, page: Arc::new(page), fd })
 }
 
 /// A request's line, newline-terminated.
@@ -792,6 +876,8 @@ struct Timeline {
     /// began before it goes on).
     steps: BTreeMap<u64, Arc<HashSet<Vec<u8>>>>,
     runs: HashMap<u64, Run>,
+    /// Connection → its block of slots in the page (see [`super::page`]).
+    blocks: HashMap<u64, usize>,
     /// Runs that ended (begin, end), while a run that overlaps them goes on.
     finished: Vec<(u64, u64)>,
     next_run: u64,
@@ -902,7 +988,9 @@ impl Engine {
         let start = self.started.fetch_add(1, Ordering::AcqRel) + 1;
         let tree = served.receipts.snapshot(&served.project, may_defer).await?;
         let (prev, busy) = {
-            let tl = self.timeline();
+            let mut tl = self.timeline();
+            // Claims made before this snapshot took the lock are runs begun at the previous one.
+            self.adopt(&mut tl);
             (tl.tree.clone(), tl.runs.keys().any(|&r| Some(r) != ending))
         };
         let step = match prev {
@@ -935,7 +1023,8 @@ impl Engine {
     fn quiet(&self, served: &Served) -> Option<(Arc<Tree>, Option<QuietMark>)> {
         let gen = self.page.as_ref().map(|p| p.now());
         let q = served.receipts.quiet(&served.project)?;
-        let mark = gen.zip(q.watch).map(|(gen, watch)| QuietMark { gen, watch, files: q.files });
+        let mark =
+            gen.zip(q.watch).map(|(gen, watch)| QuietMark { gen, watch, files: q.files, seq: 0 });
         Some((q.tree, mark))
     }
 
@@ -947,10 +1036,12 @@ impl Engine {
             Err(e) => return Reply::Failed { reason: e.to_string() },
         };
         // After a snapshot: quiet now, and that tree still the latest.
-        let quiet = quiet.or_else(|| {
-            let (latest, mark) = self.quiet(served)?;
-            mark.filter(|_| Arc::ptr_eq(&latest, &tree))
-        });
+        let quiet = quiet
+            .or_else(|| {
+                let (latest, mark) = self.quiet(served)?;
+                mark.filter(|_| Arc::ptr_eq(&latest, &tree))
+            })
+            .map(|mark| QuietMark { seq, ..mark });
         let entries = paths.iter().map(|p| tree.get(p).copied()).collect();
         let mut tl = self.timeline();
         let run = tl.next_run;
@@ -983,6 +1074,44 @@ impl Engine {
         }
     }
 
+    /// Every claim in the page made at the latest snapshot becomes a run begun there (under
+    /// the timeline's lock, before a snapshot is numbered: see [`super::page`]).
+    fn adopt(&self, tl: &mut Timeline) {
+        let (Some(page), Some(tree)) = (self.page.as_ref(), tl.tree.clone()) else { return };
+        let seq = tl.seq;
+        let blocks: Vec<(u64, usize)> = tl.blocks.iter().map(|(&c, &b)| (c, b)).collect();
+        for (conn, block) in blocks {
+            let mut next = tl.next_run;
+            let adopted = page.adopt(block, seq, || {
+                next += 1;
+                next - 1
+            });
+            tl.next_run = next;
+            for (_, run) in adopted {
+                tl.runs.insert(run, Run { begin: seq, before: tree.clone(), conn });
+            }
+        }
+    }
+
+    /// [`Ask::EndSlot`]: the run of slot `slot` of `conn`'s block, adopted now if it was not.
+    async fn end_slot(&self, conn: u64, slot: usize) -> Reply {
+        let run = {
+            let mut tl = self.timeline();
+            self.adopt(&mut tl);
+            let block = tl.blocks.get(&conn).copied();
+            let page = self.page.as_ref();
+            page.zip(block)
+                .filter(|_| slot < super::page::PER_BLOCK)
+                .and_then(|(p, b)| p.adopted(b, slot))
+        };
+        match run {
+            Some(run) => self.end(run).await,
+            None => {
+                Reply::Failed { reason: format!("the receipt engine knows no run in slot {slot}") }
+            }
+        }
+    }
+
     async fn end(&self, run: u64) -> Reply {
         let Some(served) = self.served.get() else { return not_introduced() };
         let snapshot = self.fresh(served, false, Some(run)).await;
@@ -1008,7 +1137,7 @@ impl Engine {
     }
 
     /// The first hello names the project; every hello adds the client's own directories.
-    async fn hello(&self, ask: Ask) -> Reply {
+    async fn hello(&self, conn: u64, ask: Ask) -> Reply {
         let Ask::Hello { root, is_git, settings, state_root, own, proof } = ask else {
             return not_introduced();
         };
@@ -1030,7 +1159,16 @@ impl Engine {
             return Reply::Failed { reason: "the receipt engine serves another project".into() };
         }
         served.receipts.add_own_dirs(own);
-        Reply::Hello { shadow: served.project.git.shadow.clone(), pid: std::process::id() }
+        let block = self.page.as_ref().and_then(|_| {
+            let mut tl = self.timeline();
+            if let Some(&b) = tl.blocks.get(&conn) {
+                return Some(b);
+            }
+            let b = (0..super::page::BLOCKS).find(|b| !tl.blocks.values().any(|u| u == b))?;
+            tl.blocks.insert(conn, b);
+            Some(b)
+        });
+        Reply::Hello { shadow: served.project.git.shadow.clone(), pid: std::process::id(), block }
     }
 
     /// Whether the project's receipts are ready; once they are, with the files of the latest
@@ -1046,9 +1184,13 @@ impl Engine {
         Reply::Status { readiness }
     }
 
-    /// A backend went away: its runs end now (their changes so far may overlap others').
+    /// A backend went away: its runs end now (their changes so far may overlap others'), and
+    /// its block of slots is free (a claim it left there is no run).
     fn drop_conn(&self, conn: u64) {
         let mut tl = self.timeline();
+        if let (Some(block), Some(page)) = (tl.blocks.remove(&conn), self.page.as_ref()) {
+            page.clear(block);
+        }
         let now = tl.seq;
         let ids: Vec<u64> =
             tl.runs.iter().filter(|(_, r)| r.conn == conn).map(|(k, _)| *k).collect();
@@ -1126,9 +1268,10 @@ async fn serve_conn(engine: Arc<Engine>, stream: tokio::net::UnixStream) {
         let answer = async move {
             let mut fds = Vec::new();
             let reply = match req.ask {
-                hello @ Ask::Hello { .. } => engine.hello(hello).await,
+                hello @ Ask::Hello { .. } => engine.hello(conn, hello).await,
                 Ask::Begin { paths } => engine.begin(conn, paths).await,
                 Ask::End { run } => engine.end(run).await,
+                Ask::EndSlot { slot } => engine.end_slot(conn, slot).await,
                 Ask::Close { run, quiet } => engine.close(run, quiet),
                 Ask::Status => engine.status().await,
                 Ask::Watch => {

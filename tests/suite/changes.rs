@@ -1235,5 +1235,72 @@ async fn changes_of_a_quiet_run_stay_exact_when_its_change_is_read_elsewhere() {
     a.stop().await;
 }
 
+/// The tags of the slots claimed or adopted in the engine's page, as backend `pid` maps it
+/// (`1`: claimed by its backend, `2`: adopted by the engine).
+fn slots_of(pid: u32) -> Vec<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    let page = fds.flatten().find(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:agent-bash-engine"))
+    });
+    let Some(page) = page else { return Vec::new() };
+    let bytes = std::fs::read(page.path()).unwrap();
+    let words = bytes.chunks(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap()));
+    words.skip(8).filter(|&w| w != 0).map(|w| w >> 62).collect()
+}
+
+/// A run begun on a quiet project claims a slot in the engine's page instead of asking it.
+/// While A's claimed run goes on, B's run writes: B's snapshot adopts A's claim as a run begun
+/// before it, so both receipts mark what changed while both ran, and A's receipt holds its
+/// own file unmarked. Without the adoption, the engine would not know A ran, and B's receipt
+/// would claim `theirs.txt` alone (undo could then revert what A may have written).
+#[tokio::test]
+async fn changes_of_a_run_begun_without_asking_overlap_exactly() {
+    if portable() || !cfg!(target_os = "linux") {
+        return; // no watch there: every run asks the engine
+    }
+    let home = tempfile::tempdir().unwrap();
+    let (project, sync) = (repo(home.path()), tempfile::tempdir().unwrap());
+    let cwd = project.path().to_str().unwrap();
+    let (wrote, go) = (fifo(&sync.path().join("wrote")), fifo(&sync.path().join("go")));
+    let mut a = rpc_in(home.path()).await;
+    let mut b = rpc_in(home.path()).await;
+    for rpc in [&mut a, &mut b] {
+        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+        assert_eq!(r["changesCount"], 0, "receipts are on: {r}");
+    }
+    let (pid, end) = (a.child.id().unwrap(), std::time::Instant::now() + CALL_WAIT);
+    while !holds_inotify(pid) {
+        assert!(std::time::Instant::now() < end, "backend A never got the engine's watch");
+        a.tool(json!({"cwd": cwd, "command": "true"})).await;
+    }
+    // A quiet run asks once more, for the engine's latest mark: then A's runs claim.
+    a.tool(json!({"cwd": cwd, "command": "true"})).await;
+    let run =
+        format!("echo a > mine.txt; echo > {}; cat {} > /dev/null", wrote.display(), go.display());
+    let ra = a.send(json!({"type": "tool_call", "cwd": cwd, "command": run})).await;
+    heard(&wrote).await;
+    assert_eq!(slots_of(pid), [1], "A's run did not claim a slot");
+    let rb = b.tool(json!({"cwd": cwd, "command": "echo b > theirs.txt"})).await;
+    assert_eq!(slots_of(pid), [2], "B's snapshot did not adopt A's claim");
+    assert_eq!(changes_with_overlap(&rb), [("theirs.txt".to_string(), true)], "{rb}");
+    release(&go).await;
+    let ra = a.response(&ra).await;
+    assert_eq!(
+        changes_with_overlap(&ra["data"]),
+        [("mine.txt".to_string(), false), ("theirs.txt".to_string(), true)],
+        "{ra}"
+    );
+    assert_eq!(slots_of(pid), Vec::<u64>::new(), "A's slot stayed taken");
+    // A quiet claimed run ends without a word to the engine, and frees its slot.
+    let r = a.tool(json!({"cwd": cwd, "command": "true"})).await;
+    assert_eq!(r["changesCount"], 0, "{r}");
+    let r = a.tool(json!({"cwd": cwd, "command": "true"})).await;
+    assert_eq!(r["changesCount"], 0, "{r}");
+    assert_eq!(slots_of(pid), Vec::<u64>::new(), "a quiet run left its slot taken");
+    b.stop().await;
+    a.stop().await;
+}
+
 /// How long a test waits for a backend to pick something up in the background.
 const CALL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
