@@ -970,13 +970,8 @@ impl Engine {
         may_defer: bool,
         ending: Option<u64>,
     ) -> Result<(u64, Arc<Tree>, Option<QuietMark>), ChangesError> {
-        if let Some((tree, mark)) = self.quiet(served) {
-            let tl = self.timeline();
-            // The project's latest tree is the timeline's latest too (not one whose number is
-            // still being given).
-            if tl.tree.as_ref().is_some_and(|t| Arc::ptr_eq(t, &tree)) {
-                return Ok((tl.seq, tree, mark));
-            }
+        if let Some(quiet) = self.quiet(served) {
+            return Ok(quiet);
         }
         let ticket = self.started.load(Ordering::Acquire);
         let mut last = self.snap.lock().await;
@@ -989,7 +984,12 @@ impl Engine {
         let tree = served.receipts.snapshot(&served.project, may_defer).await?;
         let (prev, busy) = {
             let mut tl = self.timeline();
-            // Claims made before this snapshot took the lock are runs begun at the previous one.
+            // The timeline gets a new snapshot: marks of the latest one no longer hold (a
+            // snapshot that found nothing changed took no lock, and counted nothing), and the
+            // claims made before this count are runs begun at the latest one.
+            if let Some(page) = &self.page {
+                page.bump();
+            }
             self.adopt(&mut tl);
             (tl.tree.clone(), tl.runs.keys().any(|&r| Some(r) != ending))
         };
@@ -1017,15 +1017,23 @@ impl Engine {
         Ok((seq, tree, None))
     }
 
-    /// The project's latest tree when it is unchanged, with its quiet mark (when the engine
-    /// has a page and the project a watch). The counter is read first: a snapshot after that
-    /// counts it up, and the mark no longer holds.
-    fn quiet(&self, served: &Served) -> Option<(Arc<Tree>, Option<QuietMark>)> {
+    /// The timeline's latest snapshot (number and tree) when the project is unchanged since,
+    /// with its quiet mark (when the engine has a page and the project a watch). The counter is
+    /// read first: a snapshot after that, or a new number, counts it up, and the mark no
+    /// longer holds.
+    fn quiet(&self, served: &Served) -> Option<(u64, Arc<Tree>, Option<QuietMark>)> {
         let gen = self.page.as_ref().map(|p| p.now());
         let q = served.receipts.quiet(&served.project)?;
+        let tl = self.timeline();
+        // The project's latest tree is the timeline's latest too (not one whose number is
+        // still being given).
+        if !tl.tree.as_ref().is_some_and(|t| Arc::ptr_eq(t, &q.tree)) {
+            return None;
+        }
+        let seq = tl.seq;
         let mark =
-            gen.zip(q.watch).map(|(gen, watch)| QuietMark { gen, watch, files: q.files, seq: 0 });
-        Some((q.tree, mark))
+            gen.zip(q.watch).map(|(gen, watch)| QuietMark { gen, watch, files: q.files, seq });
+        Some((seq, q.tree, mark))
     }
 
     async fn begin(&self, conn: u64, paths: Vec<Vec<u8>>) -> Reply {
@@ -1036,12 +1044,10 @@ impl Engine {
             Err(e) => return Reply::Failed { reason: e.to_string() },
         };
         // After a snapshot: quiet now, and that tree still the latest.
-        let quiet = quiet
-            .or_else(|| {
-                let (latest, mark) = self.quiet(served)?;
-                mark.filter(|_| Arc::ptr_eq(&latest, &tree))
-            })
-            .map(|mark| QuietMark { seq, ..mark });
+        let quiet = quiet.or_else(|| {
+            let (_, latest, mark) = self.quiet(served)?;
+            mark.filter(|_| Arc::ptr_eq(&latest, &tree))
+        });
         let entries = paths.iter().map(|p| tree.get(p).copied()).collect();
         let mut tl = self.timeline();
         let run = tl.next_run;

@@ -1302,5 +1302,53 @@ async fn changes_of_a_run_begun_without_asking_overlap_exactly() {
     a.stop().await;
 }
 
+/// Six backends in one project at once, each alternating `true` and a write to its own file
+/// (runs begun with and without asking, snapshots that find nothing changed among them): every
+/// write's receipt lists its file. A snapshot that found nothing changed once moved the
+/// engine's latest snapshot without counting it: a run claimed just after it could never be
+/// adopted, and its receipt was lost ("the receipt engine knows no run in slot 0").
+#[tokio::test]
+async fn changes_of_many_backends_at_once_all_come_back() {
+    let home = tempfile::tempdir().unwrap();
+    let project = repo(home.path());
+    let cwd = project.path().to_str().unwrap().to_string();
+    let mut backends = Vec::new();
+    for _ in 0..6 {
+        let mut rpc = rpc_in(home.path()).await;
+        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+        assert_eq!(r["changesCount"], 0, "receipts are on: {r}");
+        backends.push(rpc);
+    }
+    let runs = backends.into_iter().enumerate().map(|(k, mut rpc)| {
+        let cwd = cwd.clone();
+        tokio::spawn(async move {
+            let mut lost = Vec::new();
+            for i in 0..40 {
+                rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+                let command = format!("echo {i} > own{k}.txt");
+                let r = rpc.tool(json!({"cwd": cwd, "command": command})).await;
+                let listed = r["changes"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["path"] == format!("own{k}.txt")));
+                if !listed {
+                    lost.push(r);
+                }
+            }
+            rpc.stop().await;
+            lost
+        })
+    });
+    let runs: Vec<_> = runs.collect();
+    for run in runs {
+        let lost = run.await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} writes lost their receipt, the first: {}",
+            lost.len(),
+            lost[0]
+        );
+    }
+}
+
 /// How long a test waits for a backend to pick something up in the background.
 const CALL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
