@@ -61,7 +61,7 @@ pub fn update(git: &Git, last: &Tree, dirs: &BTreeSet<Vec<u8>>) -> Result<Quick,
     };
     let mut next = changed.into_iter().peekable();
     for (i, (path, entry)) in last.entries.iter().enumerate() {
-        if next.peek().is_some_and(|(p, _)| p == path) {
+        if next.peek().is_some_and(|(p, _)| p[..] == path[..]) {
             if let Some((_, Some((e, s)))) = next.next() {
                 tree.entries.push((path.clone(), e));
                 tree.stats.push(s);
@@ -98,7 +98,7 @@ fn read_folder(
             continue;
         }
         let path = join(dir, item.file_name().as_bytes());
-        let Ok(i) = last.entries.binary_search_by(|(p, _)| p.as_slice().cmp(&path)) else {
+        let Ok(i) = last.entries.binary_search_by(|(p, _)| p[..].cmp(&path[..])) else {
             return Ok(None);
         };
         let entry = last.entries[i].1;
@@ -120,15 +120,15 @@ fn read_folder(
     }
     // The files of `dir` the latest snapshot held and the folder no longer does.
     let prefix = if dir.is_empty() { Vec::new() } else { join(dir, b"") };
-    let from = last.entries.partition_point(|(p, _)| p.as_slice() < prefix.as_slice());
+    let from = last.entries.partition_point(|(p, _)| p[..] < prefix[..]);
     for (path, entry) in last.entries[from..].iter().take_while(|(p, _)| p.starts_with(&prefix)) {
-        if path[prefix.len()..].contains(&b'/') || present.contains(path) {
+        if path[prefix.len()..].contains(&b'/') || present.contains(&path[..]) {
             continue;
         }
         if !matches!(entry.mode, 0o100644 | 0o100755 | 0o120000) {
             return Ok(None);
         }
-        out.push((path.clone(), None));
+        out.push((path.to_vec(), None));
     }
     Ok(Some(out))
 }

@@ -505,7 +505,7 @@ mod tests {
             std::fs::create_dir_all(dir.path().join(d)).unwrap();
         }
         let e = Entry { mode: 0o100644, oid: [0; 20], size: 1 };
-        let last = Tree { entries: vec![(b"gone/f".to_vec(), e)], stats: Vec::new() };
+        let last = Tree { entries: vec![(b"gone/f"[..].into(), e)], stats: Vec::new() };
         let specs = specs(
             dir.path(),
             &last,
