@@ -658,6 +658,9 @@ pub struct Receipts {
     /// A receipt engine's change counter ([`page`]), counted up whenever a snapshot takes a
     /// project's lock and whenever our own directories change.
     epoch: Option<Arc<page::Page>>,
+    /// A snapshot's short blocking steps run on the calling thread (an engine's: see
+    /// [`Receipts::blocking`]).
+    inline: bool,
 }
 
 impl Receipts {
@@ -692,6 +695,7 @@ impl Receipts {
             own_resolved: Mutex::default(),
             home_resolved: Mutex::default(),
             epoch: None,
+            inline: false,
         }
     }
 
@@ -699,6 +703,26 @@ impl Receipts {
     pub fn with_epoch(mut self, page: Option<Arc<page::Page>>) -> Receipts {
         self.epoch = page;
         self
+    }
+
+    /// A snapshot's short blocking steps (the store's lock and excludes, the watch's plan) run
+    /// where they are called: an engine is a process of its own, whose one thread would only
+    /// wait for them, and under load every hop to a blocking thread and back waited for two
+    /// wake-ups behind the agents' processes.
+    pub fn inline(mut self) -> Receipts {
+        self.inline = true;
+        self
+    }
+
+    /// `f` on a blocking thread, or here when [`Receipts::inline`].
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        match self.inline {
+            true => Ok(f()),
+            false => tokio::task::spawn_blocking(f).await,
+        }
     }
 
     fn bump(&self) {
@@ -1298,12 +1322,13 @@ impl Receipts {
         let mut tracker = std::mem::take(&mut held.guard.tracker);
         let (git, enabled, budget) =
             (project.git.clone(), self.settings.watch, self.budget.clone());
-        let (tracker, plan) = tokio::task::spawn_blocking(move || {
-            let plan = tracker.plan(&git, enabled, &budget);
-            (tracker, plan)
-        })
-        .await
-        .unwrap_or_else(|_| (Tracker::default(), Plan::Full));
+        let (tracker, plan) = self
+            .blocking(move || {
+                let plan = tracker.plan(&git, enabled, &budget);
+                (tracker, plan)
+            })
+            .await
+            .unwrap_or_else(|_| (Tracker::default(), Plan::Full));
         held.guard.tracker = tracker;
         plan
     }
@@ -1398,39 +1423,41 @@ impl Receipts {
         let own_gen = self.own_gen.load(Ordering::Acquire);
         let own = self.own();
         // The error, and whether it turns receipts off for the project.
-        let prepared = tokio::task::spawn_blocking(move || -> Result<_, (ChangesError, bool)> {
-            let (mut exclude, mut user_file) = (exclude, user_file);
-            // A store removed under us (its state directory deleted while an engine serves
-            // other backends) is made again, and its next snapshot is a first one.
-            let fresh = !init || !git.shadow.join("config").is_file();
-            if fresh {
-                let (excludes_file, info) = store::user_ignores(&git.bin, &git.root, is_git);
-                store::init(&git, excludes_file.as_deref()).map_err(|e| (e, true))?;
-                exclude = info;
-                user_file = excludes_file;
-            }
-            let flock = store::lock(&git.shadow, deadline).map_err(|e| (e, false))?;
-            store::clear_stale_lock(&git.shadow);
-            // Before they are read: a change after that shows in the stamps.
-            let stamps = (Stamp::of(exclude.as_deref()), Stamp::of(user_file.as_deref()), own_gen);
-            // Our own directories (stores, artifacts) never count as the project's files.
-            let extra: Vec<String> = own
-                .into_iter()
-                .filter_map(|d| {
-                    let d = d.canonicalize().unwrap_or(d);
-                    let rel = d.strip_prefix(&git.root).ok()?;
-                    (!rel.as_os_str().is_empty()).then(|| format!("/{}/", rel.display()))
-                })
-                .collect();
-            let rewritten = store::sync_excludes(&git.shadow, exclude.as_deref(), &extra)
-                .map_err(|e| (e, true))?;
-            // The user's own ignore file is named in our config, not copied: its content is
-            // compared here, so that the watch hears of new rules.
-            #[allow(clippy::disallowed_methods)] // under spawn_blocking
-            let user_rules = user_file.as_ref().and_then(|f| std::fs::read(f).ok());
-            Ok((flock, exclude, user_file, user_rules, rewritten, fresh, stamps))
-        })
-        .await?;
+        let prepared = self
+            .blocking(move || -> Result<_, (ChangesError, bool)> {
+                let (mut exclude, mut user_file) = (exclude, user_file);
+                // A store removed under us (its state directory deleted while an engine serves
+                // other backends) is made again, and its next snapshot is a first one.
+                let fresh = !init || !git.shadow.join("config").is_file();
+                if fresh {
+                    let (excludes_file, info) = store::user_ignores(&git.bin, &git.root, is_git);
+                    store::init(&git, excludes_file.as_deref()).map_err(|e| (e, true))?;
+                    exclude = info;
+                    user_file = excludes_file;
+                }
+                let flock = store::lock(&git.shadow, deadline).map_err(|e| (e, false))?;
+                store::clear_stale_lock(&git.shadow);
+                // Before they are read: a change after that shows in the stamps.
+                let stamps =
+                    (Stamp::of(exclude.as_deref()), Stamp::of(user_file.as_deref()), own_gen);
+                // Our own directories (stores, artifacts) never count as the project's files.
+                let extra: Vec<String> = own
+                    .into_iter()
+                    .filter_map(|d| {
+                        let d = d.canonicalize().unwrap_or(d);
+                        let rel = d.strip_prefix(&git.root).ok()?;
+                        (!rel.as_os_str().is_empty()).then(|| format!("/{}/", rel.display()))
+                    })
+                    .collect();
+                let rewritten = store::sync_excludes(&git.shadow, exclude.as_deref(), &extra)
+                    .map_err(|e| (e, true))?;
+                // The user's own ignore file is named in our config, not copied: its content is
+                // compared here, so that the watch hears of new rules.
+                #[allow(clippy::disallowed_methods)] // under spawn_blocking
+                let user_rules = user_file.as_ref().and_then(|f| std::fs::read(f).ok());
+                Ok((flock, exclude, user_file, user_rules, rewritten, fresh, stamps))
+            })
+            .await?;
         match prepared {
             Ok((flock, exclude, user_file, user_rules, rewritten, fresh, stamps)) => {
                 if init && (rewritten || user_rules != guard.excludes_seen) {

@@ -994,12 +994,10 @@ impl Engine {
             (tl.tree.clone(), tl.runs.keys().any(|&r| Some(r) != ending))
         };
         let step = match prev {
+            // Memory only, most paths compared by pointer (the trees share them): no hop to a
+            // blocking thread, whose wake-ups cost more under load than the diff itself.
             Some(prev) if busy && !Arc::ptr_eq(&prev, &tree) => {
-                let t = tree.clone();
-                tokio::task::spawn_blocking(move || {
-                    store::diff(&prev, &t).into_iter().map(|d| d.path).collect::<HashSet<_>>()
-                })
-                .await?
+                store::diff(&prev, &tree).into_iter().map(|d| d.path).collect::<HashSet<_>>()
             }
             _ => HashSet::new(),
         };
@@ -1156,7 +1154,8 @@ impl Engine {
         let served = self
             .served
             .get_or_init(|| async {
-                let receipts = Receipts::bare(settings, state_root).with_epoch(self.page.clone());
+                let receipts =
+                    Receipts::bare(settings, state_root).with_epoch(self.page.clone()).inline();
                 let project = receipts.project(&root, is_git);
                 Served { receipts, project }
             })
