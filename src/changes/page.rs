@@ -68,6 +68,9 @@ impl Page {
     pub fn create() -> std::io::Result<Page> {
         let fd = rustix::fs::memfd_create("agent-bash-engine", rustix::fs::MemfdFlags::CLOEXEC)?;
         rustix::fs::ftruncate(&fd, SIZE as u64)?;
+        // No permission bits: only a descriptor reaches it (the engine's, and the copies it
+        // sends), not a path such as `/proc/<pid>/fd/<n>` (root aside).
+        rustix::fs::fchmod(&fd, rustix::fs::Mode::empty())?;
         Page::map(fd)
     }
 
@@ -210,10 +213,11 @@ mod tests {
         (engine, client)
     }
 
-    /// A client's mapping sees the engine's counts.
+    /// A client's mapping sees the engine's counts; the page has no permission bits.
     #[test]
     fn clients_see_the_engines_count() {
         let (engine, client) = pair();
+        assert_eq!(rustix::fs::fstat(engine.fd()).unwrap().st_mode & 0o7777, 0);
         assert_eq!(client.now(), 0);
         engine.bump();
         engine.bump();

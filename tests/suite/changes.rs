@@ -775,7 +775,29 @@ def lines(conn):
     f = conn.makefile("rwb", buffering=0)
     return f, iter(f.readline, b"")
 held = []
-if mode == "reach":
+if mode == "page":
+    # The engine's shared page, through any process that holds it: a claim in every slot, one
+    # snapshot number each, would become runs that never end.
+    fds = []
+    for proc in glob.glob("/proc/[0-9]*"):
+        try:
+            if open(proc + "/comm").read().strip() != "agent-bash":
+                continue
+            fds += [proc + "/fd/" + n for n in os.listdir(proc + "/fd")]
+        except OSError as e:
+            out.write("refused %s errno %d\n" % (proc, e.errno))
+    for fd in fds:
+        try:
+            if not os.readlink(fd).startswith("/memfd:agent-bash-engine"):
+                continue
+            f = os.open(fd, os.O_RDWR)
+        except OSError as e:
+            out.write("refused %s errno %d\n" % (fd, e.errno))
+            continue
+        claims = b"".join(((1 << 62) | seq).to_bytes(8, "little") for seq in range(504))
+        os.pwrite(f, claims, 64)
+        out.write("wrote %s\n" % fd)
+elif mode == "reach":
     places = []
     for row in open("/proc/net/unix").read().splitlines()[1:]:
         cols = row.split()
@@ -888,6 +910,44 @@ async fn attacker(
         }
     }
     (a, id, go, log)
+}
+
+/// Attack (fenced command → the engine's shared page): a fenced command looks for the page in
+/// every process's descriptors (`/proc/<pid>/fd`, the backend and the engine hold it) and
+/// opens it to write a claim into every slot, one snapshot number each: the engine would adopt
+/// the one at its latest snapshot as a run of the victim's connection that never ends, mark
+/// the victim's next changes as overlapping it and refuse their undo. The page was never
+/// reachable from inside the fence: Landlock keeps a fenced process from the `/proc` files of
+/// processes outside its domain (and the page is made with no permission bits, so that a
+/// process of the user without a descriptor cannot open it either).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_fenced_command_cannot_write_the_engines_page() {
+    if portable() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let (project, sync) = (repo(home.path()), tempfile::tempdir().unwrap());
+    let cwd = project.path().to_str().unwrap();
+    let env = [("HOME", home.path().to_str().unwrap())];
+    let mut v = Rpc::start_env(tempfile::tempdir().unwrap(), Some(CONFIG), &[], &env).await;
+    let pid = v.child.id().unwrap();
+    let end = std::time::Instant::now() + CALL_WAIT;
+    while !holds_inotify(pid) {
+        assert!(std::time::Instant::now() < end, "the victim never got the engine's watch");
+        v.tool(json!({"cwd": cwd, "command": "true"})).await;
+    }
+    let (mut a, id, go, log) = attacker(project.path(), sync.path(), "page", &env).await;
+    let r = v.tool(json!({"cwd": cwd, "command": "echo v > victim.txt"})).await;
+    release(&go).await;
+    let done = a.response(&id).await;
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("refused") && !said.contains("wrote"), "{said}\n{done}");
+    assert_eq!(changes_with_overlap(&r), [("victim.txt".to_string(), false)], "{r}\n{said}");
+    let u = undo(&mut v, r["changesId"].as_u64()).await;
+    assert_eq!(u["success"], true, "{u}\n{said}");
+    a.stop().await;
+    v.stop().await;
 }
 
 /// Attack (fenced command → the receipt engine): a fenced command connects to the project's
