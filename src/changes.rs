@@ -282,57 +282,47 @@ impl OpenRun {
     }
 
     /// Nothing changed during the run (its mark still holds): the engine is told without
-    /// waiting, or, for a claim it never adopted, not at all.
+    /// waiting (after this task has given its result on: the write wakes the engine), or, for a
+    /// claim it never adopted, not at all.
     fn end_quiet(self) {
+        self.close(true);
+        self.ended();
+    }
+
+    /// Ends the run without a receipt: where it began when `quiet`, else now.
+    fn close(&self, quiet: bool) {
         match &self.run {
             RunId::Asked(run) => {
-                // After this task has given its result on (the write wakes the engine).
                 let (link, run) = (self.link.clone(), *run);
-                tokio::spawn(async move { link.close(run, true).await });
+                tokio::spawn(async move { link.close(run, quiet).await });
             }
-            RunId::Claimed(claim) => self.link.let_go(claim, true),
+            RunId::Claimed(claim) => self.link.let_go(claim, quiet),
         }
-        self.ended();
     }
 
     /// The run's receipt, from its engine.
     async fn end(self) -> Result<Vec<Delta>, ChangesError> {
-        let (link, run) = (self.link.clone(), self.run.clone());
-        let reply = match run {
+        let link = self.link.clone();
+        match self.run.clone() {
             // Dropped while waiting (a cancelled call), the guard still closes the run.
             RunId::Asked(run) => {
-                let reply = link.ask(engine::Ask::End { run }).await;
+                let ended = end_shared(&link, run).await;
                 self.ended();
-                reply
+                ended
             }
             // The end goes on when dropped (see [`engine::Link::end_claim`]).
             RunId::Claimed(claim) => {
                 self.ended();
-                link.end_claim(claim).await
+                deltas_of(link.end_claim(claim).await?)
             }
-        };
-        match reply? {
-            engine::Reply::Ended { deltas } => Ok(deltas),
-            engine::Reply::Failed { reason } => Err(ChangesError::Engine(reason)),
-            other => Err(ChangesError::Engine(format!("the receipt engine answered {other:?}"))),
         }
     }
 }
 
 impl Drop for OpenRun {
     fn drop(&mut self) {
-        if !self.open {
-            return;
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return;
-        }
-        match &self.run {
-            RunId::Asked(run) => {
-                let (link, run) = (self.link.clone(), *run);
-                tokio::spawn(async move { link.close(run, false).await });
-            }
-            RunId::Claimed(claim) => self.link.let_go(claim, false),
+        if self.open && tokio::runtime::Handle::try_current().is_ok() {
+            self.close(false);
         }
     }
 }
@@ -1507,7 +1497,12 @@ enum UndoRun {
 
 /// Ends run `run` of the project's engine: its deltas.
 async fn end_shared(link: &engine::Link, run: u64) -> Result<Vec<Delta>, ChangesError> {
-    match link.ask(engine::Ask::End { run }).await? {
+    deltas_of(link.ask(engine::Ask::End { run }).await?)
+}
+
+/// The deltas of the engine's answer to the end of a run.
+fn deltas_of(reply: engine::Reply) -> Result<Vec<Delta>, ChangesError> {
+    match reply {
         engine::Reply::Ended { deltas } => Ok(deltas),
         engine::Reply::Failed { reason } => Err(ChangesError::Engine(reason)),
         other => Err(ChangesError::Engine(format!("the receipt engine answered {other:?}"))),

@@ -421,7 +421,7 @@ impl Link {
         let block = self.block?;
         let q = self.mark.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
         let w = self.watching(&q)?;
-        if w.page.now() != q.gen || !w.quiet_as(&q) {
+        if !w.quiet_as(&q) {
             return None;
         }
         let slot = w.page.claim(block, q.seq)?;
@@ -1081,18 +1081,15 @@ impl Engine {
     /// Every claim in the page made at the latest snapshot becomes a run begun there (under
     /// the timeline's lock, before a snapshot is numbered: see [`super::page`]).
     fn adopt(&self, tl: &mut Timeline) {
-        let (Some(page), Some(tree)) = (self.page.as_ref(), tl.tree.clone()) else { return };
-        let seq = tl.seq;
-        let blocks: Vec<(u64, usize)> = tl.blocks.iter().map(|(&c, &b)| (c, b)).collect();
-        for (conn, block) in blocks {
-            let mut next = tl.next_run;
-            let adopted = page.adopt(block, seq, || {
-                next += 1;
-                next - 1
+        let Timeline { seq, tree, blocks, runs, next_run, .. } = tl;
+        let (Some(page), Some(tree)) = (self.page.as_ref(), tree.as_ref()) else { return };
+        for (&conn, &block) in blocks.iter() {
+            let adopted = page.adopt(block, *seq, || {
+                *next_run += 1;
+                *next_run - 1
             });
-            tl.next_run = next;
             for (_, run) in adopted {
-                tl.runs.insert(run, Run { begin: seq, before: tree.clone(), conn });
+                runs.insert(run, Run { begin: *seq, before: tree.clone(), conn });
             }
         }
     }

@@ -538,12 +538,7 @@ async fn changes_of_runs_overlapping_in_two_backends_are_marked_and_undo_refuses
     let cwd = project.path().to_str().unwrap();
     let s = |name: &str| fifo(&sync.path().join(name));
     let (a_wrote, a_go, b_wrote, b_go) = (s("a_wrote"), s("a_go"), s("b_wrote"), s("b_go"));
-    let mut a = rpc_in(home.path()).await;
-    let mut b = rpc_in(home.path()).await;
-    for rpc in [&mut a, &mut b] {
-        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
-        assert_eq!(r["changesCount"], 0, "receipts are on: {r}");
-    }
+    let (mut a, mut b) = (warm_in(home.path(), cwd).await, warm_in(home.path(), cwd).await);
     let run_a = format!(
         "echo a > a_only; echo > {}; cat {} > /dev/null",
         a_wrote.display(),
@@ -931,12 +926,7 @@ async fn a_fenced_command_cannot_write_the_engines_page() {
     let cwd = project.path().to_str().unwrap();
     let env = [("HOME", home.path().to_str().unwrap())];
     let mut v = Rpc::start_env(tempfile::tempdir().unwrap(), Some(CONFIG), &[], &env).await;
-    let pid = v.child.id().unwrap();
-    let end = std::time::Instant::now() + CALL_WAIT;
-    while !holds_inotify(pid) {
-        assert!(std::time::Instant::now() < end, "the victim never got the engine's watch");
-        v.tool(json!({"cwd": cwd, "command": "true"})).await;
-    }
+    with_the_watch(&mut v, cwd).await;
     let (mut a, id, go, log) = attacker(project.path(), sync.path(), "page", &env).await;
     let r = v.tool(json!({"cwd": cwd, "command": "echo v > victim.txt"})).await;
     release(&go).await;
@@ -1249,6 +1239,25 @@ fn holds_inotify(pid: u32) -> bool {
     })
 }
 
+/// A backend in `cwd` whose first call found receipts on.
+async fn warm_in(home: &Path, cwd: &str) -> Rpc {
+    let mut rpc = rpc_in(home).await;
+    let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+    assert_eq!(r["changesCount"], 0, "receipts are on: {r}");
+    rpc
+}
+
+/// Calls `true` until the backend holds the engine's watch (its first quiet run sends for it,
+/// its next ones use it); its pid.
+async fn with_the_watch(rpc: &mut Rpc, cwd: &str) -> u32 {
+    let (pid, end) = (rpc.child.id().unwrap(), std::time::Instant::now() + CALL_WAIT);
+    while !holds_inotify(pid) {
+        assert!(std::time::Instant::now() < end, "backend {pid} never got the engine's watch");
+        rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
+    }
+    pid
+}
+
 /// A run begun on a quiet project ends without asking the engine only when nothing can have
 /// changed during it: its backend checks the engine's change counter, its copy of the watch's
 /// queue and the ignore files outside the tree. Here A's change is taken off the queue by B's
@@ -1264,18 +1273,8 @@ async fn changes_of_a_quiet_run_stay_exact_when_its_change_is_read_elsewhere() {
     write(&project.path().join("secret.txt"), "ignored by info/exclude\n");
     let cwd = project.path().to_str().unwrap();
     let (wrote, go) = (fifo(&sync.path().join("wrote")), fifo(&sync.path().join("go")));
-    let mut a = rpc_in(home.path()).await;
-    let mut b = rpc_in(home.path()).await;
-    for rpc in [&mut a, &mut b] {
-        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
-        assert_eq!(r["changesCount"], 0, "receipts are on: {r}");
-    }
-    // A's first quiet run sends for the watch; its next ones use it.
-    let (pid, end) = (a.child.id().unwrap(), std::time::Instant::now() + CALL_WAIT);
-    while !holds_inotify(pid) {
-        assert!(std::time::Instant::now() < end, "backend A never got the engine's watch");
-        a.tool(json!({"cwd": cwd, "command": "true"})).await;
-    }
+    let (mut a, mut b) = (warm_in(home.path(), cwd).await, warm_in(home.path(), cwd).await);
+    with_the_watch(&mut a, cwd).await;
     let run = format!(
         "echo x > during.txt; echo > {}; cat {} > /dev/null",
         wrote.display(),
@@ -1323,17 +1322,8 @@ async fn changes_of_a_run_begun_without_asking_overlap_exactly() {
     let (project, sync) = (repo(home.path()), tempfile::tempdir().unwrap());
     let cwd = project.path().to_str().unwrap();
     let (wrote, go) = (fifo(&sync.path().join("wrote")), fifo(&sync.path().join("go")));
-    let mut a = rpc_in(home.path()).await;
-    let mut b = rpc_in(home.path()).await;
-    for rpc in [&mut a, &mut b] {
-        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
-        assert_eq!(r["changesCount"], 0, "receipts are on: {r}");
-    }
-    let (pid, end) = (a.child.id().unwrap(), std::time::Instant::now() + CALL_WAIT);
-    while !holds_inotify(pid) {
-        assert!(std::time::Instant::now() < end, "backend A never got the engine's watch");
-        a.tool(json!({"cwd": cwd, "command": "true"})).await;
-    }
+    let (mut a, mut b) = (warm_in(home.path(), cwd).await, warm_in(home.path(), cwd).await);
+    let pid = with_the_watch(&mut a, cwd).await;
     // A quiet run asks once more, for the engine's latest mark: then A's runs claim.
     a.tool(json!({"cwd": cwd, "command": "true"})).await;
     let run =
@@ -1374,10 +1364,7 @@ async fn changes_of_many_backends_at_once_all_come_back() {
     let cwd = project.path().to_str().unwrap().to_string();
     let mut backends = Vec::new();
     for _ in 0..6 {
-        let mut rpc = rpc_in(home.path()).await;
-        let r = rpc.tool(json!({"cwd": cwd, "command": "true"})).await;
-        assert_eq!(r["changesCount"], 0, "receipts are on: {r}");
-        backends.push(rpc);
+        backends.push(warm_in(home.path(), &cwd).await);
     }
     let runs = backends.into_iter().enumerate().map(|(k, mut rpc)| {
         let cwd = cwd.clone();
