@@ -654,6 +654,10 @@ pub(crate) struct Feed {
     meter: Option<crate::resources::Meter>,
     /// See [`Normalized::lone_stage_stripped`].
     lone_stage: bool,
+    /// A `| head`/`| tail` stage was stripped: the command's stderr comes apart
+    /// ([`shell::OutputSink::stderr_apart`]), through a sanitizer of its own once it comes.
+    stage: bool,
+    apart: Option<Sanitizer>,
 }
 
 impl Feed {
@@ -671,6 +675,7 @@ impl Feed {
             tail: norm.tail,
             artifact_cap: limits.artifact_cap_bytes,
             close_after_head: norm.close_after_head,
+            stage_tail: norm.tail_stripped(),
         };
         Feed {
             sink: Sink::new(config, Some(rt.store.clone())),
@@ -684,25 +689,34 @@ impl Feed {
             head_complete_at: None,
             meter: None,
             lone_stage: norm.lone_stage_stripped(),
+            stage: norm.stage_stripped(),
+            apart: None,
         }
     }
 
     /// Takes raw output bytes.
     pub(crate) fn push(&mut self, bytes: &[u8]) {
         self.text.clear();
-        match &mut self.display {
-            Some(d) => {
-                self.spans.clear();
-                self.sanitizer.push_styled(bytes, &mut self.text, &mut self.spans);
-                d.push(&self.text, &self.spans);
-            }
-            None => self.sanitizer.push(bytes, &mut self.text),
-        }
+        sanitize_into(
+            &mut self.sanitizer,
+            self.display.as_mut(),
+            bytes,
+            &mut self.text,
+            &mut self.spans,
+        );
         // Hands the buffer to the artifact writer instead of copying it (leaves it empty).
         self.sink.push_owned(&mut self.text);
         if self.head_complete_at.is_none() && self.sink.head_complete() {
             self.head_complete_at = Some(Instant::now());
         }
+    }
+
+    /// Takes raw bytes of the command's stderr, kept apart from a stripped stage's limit.
+    pub(crate) fn push_apart(&mut self, bytes: &[u8]) {
+        self.text.clear();
+        let sanitizer = self.apart.get_or_insert_with(Sanitizer::new);
+        sanitize_into(sanitizer, self.display.as_mut(), bytes, &mut self.text, &mut self.spans);
+        self.sink.push_apart(&self.text);
     }
 
     /// A live update if the throttle allows one, else remembers that one is due. `screen` is
@@ -737,20 +751,53 @@ impl Feed {
 
     /// Ends the stream: the last text, the final update (every kept display line).
     pub(crate) fn finish(mut self) -> Sink {
-        self.text.clear();
-        match &mut self.display {
-            Some(d) => {
-                self.spans.clear();
-                self.sanitizer.finish_styled(&mut self.text, &mut self.spans);
-                d.push(&self.text, &self.spans);
-            }
-            None => self.sanitizer.finish(&mut self.text),
+        if let Some(mut apart) = self.apart.take() {
+            self.text.clear();
+            finish_into(&mut apart, self.display.as_mut(), &mut self.text, &mut self.spans);
+            self.sink.push_apart(&self.text);
         }
+        self.text.clear();
+        finish_into(&mut self.sanitizer, self.display.as_mut(), &mut self.text, &mut self.spans);
         self.sink.push(&self.text);
         if let Some(f) = &self.on_update {
             f(live(&self.sink, self.display.as_ref(), "", true));
         }
         self.sink
+    }
+}
+
+/// Sanitizes `bytes` into `text`, and into the display's styled lines when there is one.
+fn sanitize_into(
+    sanitizer: &mut Sanitizer,
+    display: Option<&mut Display>,
+    bytes: &[u8],
+    text: &mut String,
+    spans: &mut Vec<crate::sanitize::Span>,
+) {
+    match display {
+        Some(d) => {
+            spans.clear();
+            sanitizer.push_styled(bytes, text, spans);
+            d.push(text, spans);
+        }
+        None => sanitizer.push(bytes, text),
+    }
+}
+
+/// What `sanitizer` still holds at the end of the stream, as [`sanitize_into`].
+fn finish_into(
+    sanitizer: &mut Sanitizer,
+    display: Option<&mut Display>,
+    text: &mut String,
+    spans: &mut Vec<crate::sanitize::Span>,
+) {
+    match display {
+        Some(d) => {
+            spans.clear();
+            sanitizer.finish_styled(text, spans);
+            d.push(text, spans);
+        }
+        None => sanitizer.finish(text),
     }
 }
 
@@ -762,6 +809,18 @@ impl shell::OutputSink for Feed {
             m.tick();
         }
         !self.sink.should_close()
+    }
+
+    fn apart(&mut self, bytes: &[u8]) {
+        self.push_apart(bytes);
+        self.update(None);
+        if let Some(m) = &mut self.meter {
+            m.tick();
+        }
+    }
+
+    fn stderr_apart(&self) -> bool {
+        self.stage
     }
 
     fn idle(&mut self) {

@@ -65,6 +65,11 @@ impl Normalized {
         self.rewrites.iter().any(|r| r.head.is_some() || r.tail.is_some())
     }
 
+    /// The stage that was stripped was a `| tail`.
+    pub fn tail_stripped(&self) -> bool {
+        self.rewrites.iter().any(|r| r.tail.is_some())
+    }
+
     /// A bang command (contract §8.2), or a tool call in a session that traces (§1): run
     /// verbatim, no rewrites, only the caller's own limits.
     pub fn verbatim(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
@@ -77,9 +82,10 @@ impl Normalized {
 /// Rewrites are made only at the end of the command and only at top level of the shell syntax
 /// (see [`shellwords`]), so the result is always a prefix of the trimmed command. At most one
 /// `| head` / `| tail` stage is removed, and only when removing it cannot change what the
-/// command prints (contract §1, fidelity first: see [`pipeline_start`]); a redundant trailing
-/// `2>&1` is removed whenever it becomes the end, before or after that stage
-/// (`cmd 2>&1 | head -n 5` → `cmd`, head 5).
+/// command prints (contract §1, fidelity first: see [`pipeline_start`]). The stripped command's
+/// stderr then runs apart from the limit, as bash prints it past the stage; a `2>&1` before the
+/// stage stays (`cmd 2>&1 | head -n 5` → `cmd 2>&1`, head 5). A redundant `2>&1` that ends
+/// the whole command is removed.
 pub fn normalize(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
     normalize_with(Dialect::Bash, command, head, tail, true)
 }
@@ -106,21 +112,27 @@ impl Dialect {
     }
 }
 
-/// [`normalize`] (`pty` false) or [`normalize_pty`] for a command written for `dialect`.
+/// [`normalize`] (`keep_stage` false) or [`normalize_keeping_stage`] for a command written for
+/// `dialect`.
 pub fn normalize_in(
     dialect: Dialect,
     command: &str,
     head: Option<usize>,
     tail: Option<usize>,
-    pty: bool,
+    keep_stage: bool,
 ) -> Normalized {
-    normalize_with(dialect, command, head, tail, !pty)
+    normalize_with(dialect, command, head, tail, !keep_stage)
 }
 
-/// [`normalize`] for a PTY run: a head-only stage stays in the command, so the real `head`
-/// ends the producer as promptly as under bash (a terminal has no pipe we could close); a
-/// `| tail` stage is still removed, so the terminal shows the live output.
-pub fn normalize_pty(command: &str, head: Option<usize>, tail: Option<usize>) -> Normalized {
+/// [`normalize`] where the command's stderr cannot be kept apart from a stripped stage's limit
+/// (contract §1): no `| head`/`| tail` stage is removed, only a redundant `2>&1`. A PTY run is
+/// one stream, and its producer would find a terminal where bash gives it a pipe; a remote
+/// shell sends one stream per command (§12).
+pub fn normalize_keeping_stage(
+    command: &str,
+    head: Option<usize>,
+    tail: Option<usize>,
+) -> Normalized {
     normalize_with(Dialect::Bash, command, head, tail, false)
 }
 
@@ -129,7 +141,7 @@ fn normalize_with(
     command: &str,
     head: Option<usize>,
     tail: Option<usize>,
-    strip_head_only: bool,
+    stages: bool,
 ) -> Normalized {
     let mut current = command.trim();
     let mut rewrites = Vec::new();
@@ -139,7 +151,11 @@ fn normalize_with(
         let tokens = shellwords::tokenize(current);
         // Cuts end at the previous token rather than trimming, so an escaped trailing space
         // (`echo a\ | head -5`) stays and a line continuation before the cut goes.
-        if let Some((cut, removed)) = trailing_stderr_dup(current, &tokens) {
+        // Only a `2>&1` that ends the whole command is redundant: one before a stripped stage
+        // belongs to the producer, whose stderr otherwise goes apart from the stage's limit.
+        if let Some((cut, removed)) =
+            trailing_stderr_dup(current, &tokens).filter(|_| !stage_removed)
+        {
             rewrites.push(Rewrite {
                 removed: current[removed..].to_string(),
                 head: None,
@@ -150,8 +166,7 @@ fn normalize_with(
         }
         if !stage_removed {
             if let Some((cut, rewrite, start)) = trailing_head_tail(dialect, current, &tokens) {
-                let head_only = rewrite.head.is_some() && tail.is_none();
-                if strip_head_only || !head_only {
+                if stages {
                     rewrites.push(rewrite);
                     current = &current[..cut];
                     pipeline_at = Some(start);
@@ -726,15 +741,16 @@ mod tests {
         ("if x; then y | head -2", None, None, "if x; then y | head -2", None, None, &[]),
         // `2>&1`.
         ("make 2>&1", None, None, "make", None, None, &["2>&1"]),
-        ("make 2>&1 | head -n 5", None, None, "make", Some(5), None, &["| head -n 5", "2>&1"]),
+        // Before a stripped stage it is the producer's own: its stderr goes to the limit too.
+        ("make 2>&1 | head -n 5", None, None, "make 2>&1", Some(5), None, &["| head -n 5"]),
         (
             "make 2>&1 | tail -n 5 2>&1",
             None,
             None,
-            "make",
+            "make 2>&1",
             None,
             Some(5),
-            &["2>&1", "| tail -n 5", "2>&1"],
+            &["2>&1", "| tail -n 5"],
         ),
         ("a && make 2>&1", None, None, "a && make", None, None, &["2>&1"]),
         ("make 2>&1 | grep error", None, None, "make 2>&1 | grep error", None, None, &[]),
@@ -810,7 +826,7 @@ mod tests {
             ("yes | head -n 5", "( yes )"),
             ("x=1 | head -5", "( x=1 )"),
             ("a | b | tail -2", "( a | b )"),
-            ("make 2>&1 | head -n 5", "( make )"),
+            ("make 2>&1 | head -n 5", "( make 2>&1 )"),
             ("make 2>&1", "make"),
             ("ls", "ls"),
         ];
@@ -830,18 +846,17 @@ mod tests {
     }
 
     #[test]
-    fn a_pty_run_keeps_a_head_only_stage() {
-        let got = normalize_pty("yes | head -n 5", None, None);
+    fn a_pty_or_remote_run_keeps_its_stage() {
+        let got = normalize_keeping_stage("yes | head -n 5", None, None);
         assert_eq!(
             (got.command.as_str(), got.head, got.rewrites.len()),
             ("yes | head -n 5", None, 0)
         );
         assert!(!got.close_after_head);
-        let got = normalize_pty("make 2>&1 | tail -3", None, None);
-        assert_eq!((got.command.as_str(), got.tail), ("make", Some(3)));
-        // With a caller's tail the head stage is not head-only: it is stripped as usual.
-        let got = normalize_pty("seq 9 | head -5", None, Some(2));
-        assert_eq!((got.command.as_str(), got.head, got.tail), ("seq 9", Some(5), Some(2)));
+        let got = normalize_keeping_stage("make 2>&1 | tail -3 2>&1", None, None);
+        assert_eq!((got.command.as_str(), got.tail), ("make 2>&1 | tail -3", None));
+        let got = normalize_keeping_stage("seq 9 | head -5", None, Some(2));
+        assert_eq!((got.command.as_str(), got.head, got.tail), ("seq 9 | head -5", None, Some(2)));
     }
 
     #[test]
@@ -849,10 +864,7 @@ mod tests {
         let got = normalize("make 2>&1 | head -n 5", None, Some(9));
         assert_eq!(
             got.rewrites,
-            vec![
-                Rewrite { removed: "| head -n 5".into(), head: Some(5), tail: None },
-                Rewrite { removed: "2>&1".into(), head: None, tail: None },
-            ]
+            vec![Rewrite { removed: "| head -n 5".into(), head: Some(5), tail: None }]
         );
         assert_eq!(
             serde_json::to_value(&got.rewrites[0]).ok(),

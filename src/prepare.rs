@@ -213,13 +213,15 @@ impl Preparer {
         }
         let pty = remote.is_none() && wants_pty(s, &req, ui_attached);
         // §1 normalize and §2 intercept: tool calls only; the user's own commands run verbatim.
-        // A remote shell is bash.
+        // A remote shell is bash, and like a terminal it has one stream: no stage is stripped.
         let norm = match (req.origin, &remote) {
             (Origin::Bang, _) => Normalized::verbatim(&req.command, req.head, req.tail),
             (Origin::Tool, None) => {
                 normalize::normalize_in(self.dialect, &req.command, req.head, req.tail, pty)
             }
-            (Origin::Tool, Some(_)) => normalize::normalize(&req.command, req.head, req.tail),
+            (Origin::Tool, Some(_)) => {
+                normalize::normalize_keeping_stage(&req.command, req.head, req.tail)
+            }
         };
         if req.origin == Origin::Tool {
             if let Some(block) = self.interceptor.check(&norm.command, req.tools.as_deref()) {

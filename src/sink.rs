@@ -95,6 +95,10 @@ pub struct SinkConfig {
     /// closed once the head part is complete ([`Sink::should_close`]); a caller's explicit head
     /// only limits what is shown (contract §1).
     pub close_after_head: bool,
+    /// The tail limit stands for a stripped `| tail` stage: the text pushed apart (the
+    /// command's stderr, [`Sink::push_apart`]) comes before the tail's lines, as bash prints
+    /// it (contract §1).
+    pub stage_tail: bool,
 }
 
 impl Default for SinkConfig {
@@ -106,6 +110,7 @@ impl Default for SinkConfig {
             tail: None,
             artifact_cap: DEFAULT_ARTIFACT_CAP,
             close_after_head: false,
+            stage_tail: false,
         }
     }
 }
@@ -134,6 +139,20 @@ pub struct Sink {
     /// nowhere but here, for [`Sink::should_close`] (contract §1: counts are of what bash would
     /// have printed).
     past_head: u64,
+    /// With [`SinkConfig::stage_tail`]: whether text came apart, and then the two streams
+    /// apart (see [`Apart`]).
+    stage_tail: bool,
+    apart: Option<Box<Apart>>,
+}
+
+/// The two streams of a stripped `| tail` stage once its command wrote to stderr: bash prints
+/// the stderr as it comes and the stage's last lines of stdout at the end.
+#[derive(Debug)]
+struct Apart {
+    /// The window over stdout alone.
+    stdout: Window,
+    /// The window over the stderr.
+    stderr: Window,
 }
 
 impl Sink {
@@ -159,6 +178,8 @@ impl Sink {
                 .is_none()
                 .then(|| Rescue::new(artifacts::verbatim_prefix(config.artifact_cap))),
             past_head: 0,
+            stage_tail: config.stage_tail && config.tail.is_some(),
+            apart: None,
         }
     }
 
@@ -174,14 +195,20 @@ impl Sink {
         if text.is_empty() {
             return;
         }
-        // Counted once here: every consumer below needs it.
+        let newlines = self.record(text);
+        self.keep(text, newlines);
+    }
+
+    /// Counts a chunk's newlines (once: every consumer needs them) and writes it to the artifact,
+    /// opening it on the first overflow.
+    fn record(&mut self, text: &str) -> usize {
         let newlines = self.count(text);
         if self.spilled {
             self.write_artifact(text);
         } else if self.overflows_with(text, newlines) {
             self.spill(text);
         }
-        self.keep(text, newlines);
+        newlines
     }
 
     /// Like [`push`](Self::push), for a caller that is done with `text`: once the artifact is
@@ -226,6 +253,35 @@ impl Sink {
     fn keep(&mut self, text: &str, newlines: usize) {
         if let Some(head) = &mut self.head {
             head.push(text);
+        }
+        if let Some(apart) = &mut self.apart {
+            apart.stdout.push(text, newlines);
+        }
+        self.window.push(text, newlines);
+    }
+
+    /// Takes the next chunk of the command's stderr, kept apart from a stripped stage's limit
+    /// (contract §1: bash prints it past the stage). It counts, spills and shows like the rest,
+    /// but takes no line of a head limit; with a stripped `| tail` it comes before the tail's
+    /// lines.
+    pub fn push_apart(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let newlines = self.record(text);
+        if let Some(head) = &mut self.head {
+            head.window.push(text, newlines);
+        }
+        if self.stage_tail {
+            // Until now the window held stdout alone: it starts the stdout window.
+            let window = &self.window;
+            let apart = self.apart.get_or_insert_with(|| {
+                Box::new(Apart {
+                    stdout: window.clone(),
+                    stderr: Window::new(window.max_bytes, window.max_lines),
+                })
+            });
+            apart.stderr.push(text, newlines);
         }
         self.window.push(text, newlines);
     }
@@ -283,8 +339,9 @@ impl Sink {
                 self.note_artifact_error("finishing the artifact failed", &e);
             }
         }
-        let total_bytes = self.window.pushed_bytes;
-        let total_lines = self.window.pushed_lines();
+        if let (Some(apart), Some(n), None) = (self.apart.take(), self.tail_limit, &self.head) {
+            return self.finish_apart(&apart, n);
+        }
         // The part of the stream the head limit selects (all of it without one).
         let selected = self.head.as_ref().map_or(&self.window, |h| &h.window);
         let window = selected.text();
@@ -304,20 +361,26 @@ impl Sink {
         let truncated = window_cut
             && (output_lines < wanted || (!tail_cut && selected.mid_line && output_lines > 0));
         let truncated_by = truncated.then(|| selected.cut_by());
-        let shown_range =
-            (output_lines > 0).then(|| (selected_lines + 1 - output_lines, selected_lines));
+        let text = text.to_owned();
+        self.output(text, truncated_by, selected_lines)
+    }
+
+    /// The output of [`Sink::finish`]: `text` (`truncated_by` when it is not all the limits
+    /// selected), shown as the lines of the stream that end at line `last`.
+    fn output(&mut self, text: String, truncated_by: Option<TruncatedBy>, last: u64) -> SinkOutput {
+        let truncated = truncated_by.is_some();
+        let output_lines = count_lines(&text);
+        let shown_range = (output_lines > 0).then(|| (last + 1 - output_lines, last));
         let rescued = match (self.rescue.take(), truncated) {
-            (Some(rescue), true) => {
-                rescue.finish(shown_range.map_or(selected_lines + 1, |r| r.0), text)
-            }
+            (Some(rescue), true) => rescue.finish(shown_range.map_or(last + 1, |r| r.0), &text),
             _ => Vec::new(),
         };
         SinkOutput {
-            text: text.to_owned(),
-            total_bytes,
-            total_lines,
+            total_bytes: self.window.pushed_bytes,
+            total_lines: self.window.pushed_lines(),
             output_bytes: text.len() as u64,
             output_lines,
+            text,
             truncated,
             truncated_by,
             shown_range,
@@ -327,6 +390,43 @@ impl Sink {
             max_lines: self.window.max_lines as u64,
             rescued,
         }
+    }
+
+    /// [`Sink::finish`] for a stripped `| tail` whose command wrote to stderr: the stderr, then
+    /// the last `n` lines of stdout, bounded by the window (keeping the end). It is not one
+    /// stretch of the stream (the artifact holds the stream in the order it came), so the range
+    /// named is the stream's last lines, as many as are shown.
+    fn finish_apart(mut self, apart: &Apart, n: usize) -> SinkOutput {
+        // What bash prints is the whole stderr, then the last `n` lines of stdout (`wanted`
+        // lines): its window. When the stdout window holds fewer, those `n` lines alone overflow
+        // the window, which then lies within them and is the stdout window's. Else it holds them
+        // all, and any stderr that fits with them lies within the stderr window.
+        let tail = last_lines(apart.stdout.text(), n);
+        let wanted = apart.stdout.pushed_lines().min(n as u64);
+        let whole_tail = count_lines(tail) >= wanted;
+        let mut composed = String::new();
+        if whole_tail {
+            let stderr = apart.stderr.text();
+            // A window that starts inside its line has no line start to show from.
+            let from = match apart.stderr.mid_line {
+                true => stderr.find('\n').map_or(stderr.len(), |p| p + 1),
+                false => 0,
+            };
+            composed.push_str(&stderr[from..]);
+        }
+        composed.push_str(tail);
+        let mut shown = Window::new(self.window.max_bytes, self.window.max_lines);
+        shown.push(&composed, count_newlines(&composed));
+        let text = shown.text();
+        let truncated =
+            !whole_tail || (text.len() as u64) < apart.stderr.pushed_bytes + tail.len() as u64;
+        let truncated_by = truncated.then(|| match (whole_tail, text.len() < composed.len()) {
+            (false, _) => apart.stdout.cut_by(),
+            (true, true) => shown.cut_by(),
+            (true, false) => apart.stderr.cut_by(),
+        });
+        let last = self.window.pushed_lines();
+        self.output(text.to_owned(), truncated_by, last)
     }
 
     /// Whether the stream no longer fits the window once `text` is added.
@@ -420,7 +520,7 @@ impl HeadPart {
 /// Invariant: `buf[start..]` is the canonical window of the stream (see the module docs);
 /// `buf[..start]` is dropped text awaiting compaction. After a chunk larger than the window,
 /// `buf[0]` may be a context byte only (the byte before the window's possible starts).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Window {
     max_bytes: usize,
     max_lines: usize,
@@ -1056,6 +1156,58 @@ mod tests {
         assert!(want_artifact.contains(" bytes elided …]\n"));
     }
 
+    /// Whole lines, each from stdout (false) or from the stderr kept apart (true).
+    fn two_streams() -> impl Strategy<Value = Vec<(bool, String)>> {
+        prop::collection::vec((any::<bool>(), "[a-c]{0,6}\n"), 0..24)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// contract §1: after a stripped `| head -n N` the stderr takes no line of the N and is
+        /// shown where it came; after a stripped `| tail -n N` it comes before the N last lines
+        /// of stdout, as bash prints them. Bounded by the window like any text.
+        #[test]
+        fn stderr_apart_is_printed_past_the_stage(
+            lines in two_streams(),
+            n in 0usize..6,
+            tail in any::<bool>(),
+            max_bytes in 8usize..60,
+            max_lines in 1usize..8,
+        ) {
+            let config = match tail {
+                true => SinkConfig { max_bytes, max_lines, tail: Some(n), stage_tail: true, ..SinkConfig::default() },
+                false => SinkConfig { max_bytes, max_lines, head: Some(n), close_after_head: true, ..SinkConfig::default() },
+            };
+            let mut sink = Sink::new(config, None);
+            for (apart, line) in &lines {
+                match apart {
+                    true => sink.push_apart(line),
+                    false => sink.push(line),
+                }
+            }
+            let out = sink.finish();
+            let stdout: String = lines.iter().filter(|l| !l.0).map(|l| l.1.as_str()).collect();
+            let printed: String = match tail {
+                true => {
+                    let stderr: String = lines.iter().filter(|l| l.0).map(|l| l.1.as_str()).collect();
+                    stderr + last_lines(&stdout, n)
+                }
+                false => {
+                    let mut taken = 0;
+                    let mut keep = |apart: bool| {
+                        taken += usize::from(!apart);
+                        apart || taken <= n
+                    };
+                    lines.iter().filter(|l| keep(l.0)).map(|l| l.1.as_str()).collect()
+                }
+            };
+            let shown = model_window(&printed, max_bytes, max_lines);
+            prop_assert_eq!(out.text.as_str(), shown);
+            prop_assert_eq!(out.truncated, shown.len() < printed.len());
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(1000))]
 
@@ -1068,7 +1220,7 @@ mod tests {
             head in prop::option::of(0usize..10),
             tail in prop::option::of(0usize..10),
         ) {
-            let config = SinkConfig { max_bytes, max_lines, head, tail, artifact_cap: 1 << 20, close_after_head: false };
+            let config = SinkConfig { max_bytes, max_lines, head, tail, artifact_cap: 1 << 20, close_after_head: false, stage_tail: false };
             let chunks = split(&text, &cuts);
             let (windows, out, artifact) = run_with_store(&config, &chunks);
             let (_, whole, whole_artifact) = run_with_store(&config, &[&text]);

@@ -64,9 +64,9 @@ impl Runtime {
         cfg.snapshot = self.snapshot().await;
         cfg.fence = fence.cloned();
         let deadline = timeout.as_ref().map(|t| Instant::now() + t.duration);
-        // A terminal cannot be closed early as a pipe can (contract §1's head-only rule), so a
-        // head-only `| head -n N` stage stayed in the command ([`crate::normalize::normalize_pty`]):
-        // the real `head` ends the producer exactly as under bash.
+        // A terminal is one stream: a `| head`/`| tail` stage stayed in the command
+        // ([`crate::normalize::normalize_keeping_stage`]), and the real `head` ends the producer
+        // exactly as under bash.
         let command = p.norm.runnable();
         let end = pty::run(&cfg, &command, cwd, hooks, deadline, &cancel, &mut out).await;
         let resources = end.as_ref().ok().and_then(|run| run.resources);

@@ -549,16 +549,28 @@ impl Shell {
         let seq = self.seq;
         let (fifo, fd) = self.take_fifo(seq)?;
         let quick_until = Instant::now() + QUICK;
-        let token = match self.send_command(command, cwd, &fifo, out.lone_stage_stripped()).await {
+        let stage = Stage { lone: out.lone_stage_stripped(), apart: out.stderr_apart() };
+        // The stderr of a command that lost its stage, apart (contract §1).
+        let erx = match stage.apart {
+            true => match open_fifo(&apart_path(&fifo)) {
+                Ok(fd) => Some(OutputEnd::Unwatched(fd)),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&fifo);
+                    return Err(e.into());
+                }
+            },
+            false => None,
+        };
+        let token = match self.send_command(command, cwd, &fifo, stage).await {
             Ok(Some(token)) => token,
             Ok(None) => {
-                let _ = std::fs::remove_file(&fifo);
+                remove_fifos_of(&fifo, stage.apart);
                 let status = self.wait_exit().await;
                 self.dead = true;
                 return Ok(RunEnd::of(Ending::ShellExited(status), true, false));
             }
             Err(e) => {
-                let _ = std::fs::remove_file(&fifo);
+                remove_fifos_of(&fifo, stage.apart);
                 return Err(e.into());
             }
         };
@@ -569,6 +581,12 @@ impl Shell {
         buf.resize(READ_CHUNK, 0);
         let mut run = LocalRun {
             rx: Some(OutputEnd::Unwatched(fd)),
+            ebuf: match erx {
+                Some(_) => vec![0; READ_CHUNK],
+                None => Vec::new(),
+            },
+            erx,
+            apart: false,
             group: &self.group,
             after_foreground: false,
             quick_until,
@@ -583,11 +601,14 @@ impl Shell {
             dropped: [0u8; 512],
         };
         let end = read_loop(&mut run, out, deadline, cancel).await;
-        let LocalRun { mut rx, mut buf, .. } = run;
+        let LocalRun { mut rx, mut erx, mut buf, .. } = run;
         if let Ok(end) = &end {
-            self.after_run(end, &mut rx, &mut buf, out).await;
+            self.after_run(end, &mut rx, &mut erx, &mut buf, out).await;
         }
-        drop(rx);
+        drop((rx, erx));
+        if stage.apart {
+            let _ = std::fs::remove_file(apart_path(&fifo));
+        }
         self.buf = buf;
         // Removed while the next command runs, or when the shell goes.
         self.stale_fifo = Some(fifo);
@@ -604,10 +625,10 @@ impl Shell {
         command: &str,
         cwd: &Path,
         fifo: &Path,
-        lone_stage: bool,
+        stage: Stage,
     ) -> io::Result<Option<String>> {
         let token = super::random_hex::<8>()?;
-        let line = self.command_line(&token, command, cwd, fifo, lone_stage)?;
+        let line = self.command_line(&token, command, cwd, fifo, stage)?;
         let sent = async {
             self.stdin.write_all(line.as_bytes()).await?;
             self.stdin.flush().await
@@ -627,6 +648,7 @@ impl Shell {
         &mut self,
         end: &LoopEnd,
         rx: &mut Option<OutputEnd>,
+        erx: &mut Option<OutputEnd>,
         buf: &mut [u8],
         out: &mut dyn OutputSink,
     ) {
@@ -639,7 +661,14 @@ impl Shell {
         let t = Instant::now();
         self.kill().await;
         tracing::debug!("killed shell {} in {:?}", self.pid, t.elapsed());
-        // Whatever the tree wrote before it died is still in the pipe: keep it.
+        // Whatever the tree wrote before it died is still in the pipes: keep it.
+        loop {
+            let (n, _) = read_now(erx, buf);
+            if n == 0 {
+                break;
+            }
+            out.apart(&buf[..n]);
+        }
         if end.closed_early || end.eof {
             return;
         }
@@ -814,12 +843,15 @@ impl Shell {
     /// token, cwd, output FIFO, flags (`s`: a plain command the spawn path may take; `p`: a
     /// command that ends inside `$(`, run in a subshell, see `ends_in_substitution`; `t`: a
     /// `| head`/`| tail` stage was stripped after a lone stage, see
-    /// [`OutputSink::lone_stage_stripped`]) and the text, separated by NULs. Written in one
-    /// piece; the runner reads it in two reads.
-    fn frame(&self, token: &str, command: &str, cwd: &Path, fifo: &Path, lone: bool) -> String {
+    /// [`OutputSink::lone_stage_stripped`]; `e`: stderr goes apart, to [`apart_path`]) and the
+    /// text, separated by NULs. Written in one piece; the runner reads it in two reads.
+    fn frame(&self, token: &str, command: &str, cwd: &Path, fifo: &Path, stage: Stage) -> String {
         let mut flags = String::new();
-        if lone {
+        if stage.lone {
             flags.push('t');
+        }
+        if stage.apart {
+            flags.push('e');
         }
         if self.spawn && fast_words(command) {
             flags.push('s');
@@ -850,23 +882,30 @@ impl Shell {
         command: &str,
         cwd: &Path,
         fifo: &Path,
-        lone_stage: bool,
+        stage: Stage,
     ) -> io::Result<String> {
         if self.runner {
-            return Ok(self.frame(token, command, cwd, fifo, lone_stage));
+            return Ok(self.frame(token, command, cwd, fifo, stage));
         }
         let cwd = quote(&cwd.to_string_lossy());
         let cmd = quote(command);
-        let fifo = quote(&fifo.to_string_lossy());
+        let redirect = match stage.apart {
+            true => format!(
+                ">{} 2>{} </dev/null",
+                quote(&fifo.to_string_lossy()),
+                quote(&apart_path(fifo).to_string_lossy())
+            ),
+            false => format!(">{} 2>&1 </dev/null", quote(&fifo.to_string_lossy())),
+        };
         let (Some(dir), Some((file, len))) = (&self.driver_dir, &mut self.cmd_file) else {
             let st = quote(&self.dir.join(FIFO_DIR).join(STATUS_NAME).to_string_lossy());
             return Ok(format!(
-                "{{ builtin cd -- {cwd}&&builtin eval {cmd};}}>{fifo} 2>&1 </dev/null;builtin echo {token} $? >{st}||builtin exit 99\n",
+                "{{ command cd -- {cwd}&&command eval {cmd};}}{redirect};command echo {token} $? >{st}||command exit 99\n",
             ));
         };
         if self.kind == ShellKind::Zsh {
             zsh::write_command(dir, command)?;
-            let text = zsh::protocol(dir, command, &cwd, &format!(">{fifo} 2>&1 </dev/null"));
+            let text = zsh::protocol(dir, command, &cwd, &redirect);
             rewrite_in_place(file, len, &text)?;
             return Ok(format!(
                 "\\builtin . \"${VAR_CMD_FILE}\";\\builtin echo {token} ${}>\"${VAR_STATUS_FILE}\"||\\builtin exit 99\n",
@@ -898,7 +937,7 @@ impl Shell {
         // In POSIX mode `.` looks for a bare name in PATH only (`set -o posix` made the next
         // command fail, and the shell exit): `./bash` then, which bash names in messages.
         let text = format!(
-            "{pick}{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin shopt -qo posix&&{VAR_DOT}=./{DRIVER_NAME}||{VAR_DOT}={DRIVER_NAME};\\builtin cd -- {d}&&\\builtin . \"${VAR_DOT}\" >{fifo} 2>&1 </dev/null\n",
+            "{pick}{VAR_CMD}={cmd};{VAR_CWD}={cwd};{VAR_OLDPWD}=$PWD;\\builtin shopt -u sourcepath;\\builtin shopt -qo posix&&{VAR_DOT}=./{DRIVER_NAME}||{VAR_DOT}={DRIVER_NAME};\\builtin cd -- {d}&&\\builtin . \"${VAR_DOT}\" {redirect}\n",
         );
         rewrite_in_place(file, len, &text)?;
         Ok(format!(
@@ -948,8 +987,10 @@ fn init_script(cfg: &ShellConfig, kind: ShellKind, dir: &Path, runner_so: Option
     // The reply comes on stdout. A prefix that moves the shell into another filesystem
     // (`docker exec -i box`) cannot see our FIFOs: the reply says so, and the runtime runs
     // such commands one process each.
+    // A POSIX sh has no `builtin` (dash): `command` skips functions there.
+    let builtin = if kind == ShellKind::Posix { "command" } else { "builtin" };
     init.push_str(&format!(
-        "[ -d {dir} ] || {{ builtin printf 'R isolated\\n'; exit 0; }}\nbuiltin printf 'R 1%s\\n' {runner_flag}\n",
+        "[ -d {dir} ] || {{ {builtin} printf 'R isolated\\n'; exit 0; }}\n{builtin} printf 'R 1%s\\n' {runner_flag}\n",
         dir = quote(&dir.join(FIFO_DIR).to_string_lossy()),
     ));
     if runner_so.is_some() {
@@ -960,10 +1001,41 @@ fn init_script(cfg: &ShellConfig, kind: ShellKind, dir: &Path, runner_so: Option
     init
 }
 
+/// What a command's protocol line carries besides its text.
+#[derive(Debug, Clone, Copy)]
+struct Stage {
+    /// See [`OutputSink::lone_stage_stripped`].
+    lone: bool,
+    /// See [`OutputSink::stderr_apart`].
+    apart: bool,
+}
+
+/// The FIFO of a command's stderr when it goes apart: its output FIFO's path and `.e`.
+fn apart_path(fifo: &Path) -> PathBuf {
+    let mut path = fifo.as_os_str().to_owned();
+    path.push(".e");
+    PathBuf::from(path)
+}
+
+/// Removes a command's output FIFO, and its stderr's when it has one.
+#[allow(clippy::disallowed_methods)] // FIFO unlinks stay on the runtime thread: see `open_fifo`
+fn remove_fifos_of(fifo: &Path, apart: bool) {
+    let _ = std::fs::remove_file(fifo);
+    if apart {
+        let _ = std::fs::remove_file(apart_path(fifo));
+    }
+}
+
 /// One command's run in a [`Shell`]: what the read loop watches (the output FIFO, the status
 /// FIFO and the shell's stdout, whose end means the shell exited).
 struct LocalRun<'s> {
     rx: Option<OutputEnd>,
+    /// The stderr FIFO of a command that lost its stage (contract §1), watched as `rx` is; read
+    /// first when both have bytes, as bash's stderr overtakes a stage's output.
+    erx: Option<OutputEnd>,
+    /// The last chunk came from `erx`, read into `ebuf`.
+    apart: bool,
+    ebuf: Vec<u8>,
     /// The shell's processes: who else holds the output (see [`LocalRun::wait`]).
     group: &'s procs::Group,
     /// The foreground ended and the output is still open: read what is left without waiting.
@@ -984,6 +1056,7 @@ struct LocalRun<'s> {
 
 enum LocalWake {
     Output(io::Result<usize>),
+    Apart(io::Result<usize>),
     Status(io::Result<usize>),
     Stdout(io::Result<usize>),
 }
@@ -993,6 +1066,13 @@ impl Transport for LocalRun<'_> {
 
     async fn wait(&mut self, phase: Phase) -> LocalWake {
         let reading = phase.reading && self.rx.as_ref().is_some_and(OutputEnd::watched);
+        let apart = self.erx.as_ref().is_some_and(OutputEnd::watched);
+        if apart && (self.after_foreground || !phase.running) {
+            let (n, more) = read_now(&self.erx, &mut self.ebuf);
+            if n > 0 || !more {
+                return LocalWake::Apart(Ok(n));
+            }
+        }
         if reading && self.after_foreground {
             // What is left in the pipe once the foreground ended is read now. Once it is empty
             // with a writer still there: when that writer is only the shell itself (the call
@@ -1013,6 +1093,7 @@ impl Transport for LocalRun<'_> {
         }
         tokio::select! {
             biased;
+            n = read_some(&mut self.erx, &mut self.ebuf), if apart && phase.running => LocalWake::Apart(n),
             n = read_some(&mut self.rx, &mut self.buf), if reading => LocalWake::Output(n),
             n = self.status.rx.read(&mut self.sbuf), if phase.running => LocalWake::Status(n),
             // Only its end matters: what a command writes to it is dropped.
@@ -1025,7 +1106,15 @@ impl Transport for LocalRun<'_> {
         match wake {
             LocalWake::Output(Ok(0) | Err(_)) => Event::OutputEnd,
             LocalWake::Output(Ok(n)) => {
-                self.n = n;
+                (self.n, self.apart) = (n, false);
+                Event::Output
+            }
+            LocalWake::Apart(Ok(0) | Err(_)) => {
+                self.erx = None;
+                Event::Nothing
+            }
+            LocalWake::Apart(Ok(n)) => {
+                (self.n, self.apart) = (n, true);
                 Event::Output
             }
             LocalWake::Status(Ok(n)) => match self.status.take(&self.sbuf[..n], self.token) {
@@ -1040,7 +1129,14 @@ impl Transport for LocalRun<'_> {
     }
 
     fn chunk(&self) -> &[u8] {
-        &self.buf[..self.n]
+        match self.apart {
+            true => &self.ebuf[..self.n],
+            false => &self.buf[..self.n],
+        }
+    }
+
+    fn chunk_apart(&self) -> bool {
+        self.apart
     }
 
     async fn close_output(&mut self) {
@@ -1063,6 +1159,9 @@ impl Transport for LocalRun<'_> {
             return None;
         }
         // The command outlived QUICK: its output is streamed from now on.
+        if !watch(&mut self.erx) {
+            self.erx = None;
+        }
         Some(if watch(&mut self.rx) { Event::Nothing } else { Event::OutputEnd })
     }
 
@@ -1078,13 +1177,22 @@ impl Transport for LocalRun<'_> {
     }
 
     fn read_pending(&mut self) -> (bool, bool) {
+        // The stderr first: what the foreground wrote there is all in by now.
+        let (n, _) = read_now(&self.erx, &mut self.ebuf);
+        if n > 0 {
+            (self.n, self.apart) = (n, true);
+            return (true, true);
+        }
         let (n, more) = read_now(&self.rx, &mut self.buf);
-        self.n = n;
+        (self.n, self.apart) = (n, false);
         (n > 0, more)
     }
 
     fn keep_reading(&mut self) -> bool {
         self.after_foreground = true;
+        if !watch(&mut self.erx) {
+            self.erx = None;
+        }
         watch(&mut self.rx)
     }
 }

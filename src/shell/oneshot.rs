@@ -1,5 +1,5 @@
 //! One command in a process of its own: `<prefix> <shell> -c 'cd CWD && eval CMD'`, with stdout
-//! and stderr on one pipe. This is the fallback for prefixes that put the shell where our FIFOs
+//! and stderr on one pipe (stderr on one of its own after a stripped stage, contract §1). This is the fallback for prefixes that put the shell where our FIFOs
 //! and rc snapshot do not exist ([`super::local::ISOLATED`]); shell state does not persist
 //! between such commands. The same ending rules apply ([`super::read_loop`]): background output
 //! idle for [`super::session::BACKGROUND_IDLE`] (at most
@@ -70,13 +70,20 @@ struct OneshotRun {
     /// Owned, so that dropping it (the head-only rule) closes the pipe and the producer gets
     /// SIGPIPE.
     reader: Option<tokio::net::unix::pipe::Receiver>,
+    /// The stderr pipe of a command that lost its stage (contract §1), read first when both
+    /// have bytes, as bash's stderr overtakes a stage's output.
+    apart: Option<tokio::net::unix::pipe::Receiver>,
     buf: Vec<u8>,
     n: usize,
+    /// The last chunk came from `apart`, read into `ebuf`.
+    from_apart: bool,
+    ebuf: Vec<u8>,
     exited: bool,
 }
 
 enum Wake {
     Output(std::io::Result<usize>),
+    Apart(std::io::Result<usize>),
     Exited(std::io::Result<std::process::ExitStatus>),
 }
 
@@ -87,6 +94,7 @@ impl Transport for OneshotRun {
         let reading = phase.reading && self.reader.is_some();
         tokio::select! {
             biased;
+            n = async { match self.apart.as_mut() { Some(r) => r.read(&mut self.ebuf).await, None => std::future::pending().await } }, if self.apart.is_some() => Wake::Apart(n),
             n = async { match self.reader.as_mut() { Some(r) => r.read(&mut self.buf).await, None => std::future::pending().await } }, if reading => Wake::Output(n),
             st = self.child.wait(), if phase.running => Wake::Exited(st),
             else => std::future::pending::<Wake>().await,
@@ -97,7 +105,15 @@ impl Transport for OneshotRun {
         match wake {
             Wake::Output(Ok(0) | Err(_)) => Event::OutputEnd,
             Wake::Output(Ok(n)) => {
-                self.n = n;
+                (self.n, self.from_apart) = (n, false);
+                Event::Output
+            }
+            Wake::Apart(Ok(0) | Err(_)) => {
+                self.apart = None;
+                Event::Nothing
+            }
+            Wake::Apart(Ok(n)) => {
+                (self.n, self.from_apart) = (n, true);
                 Event::Output
             }
             Wake::Exited(st) => {
@@ -109,7 +125,14 @@ impl Transport for OneshotRun {
     }
 
     fn chunk(&self) -> &[u8] {
-        &self.buf[..self.n]
+        match self.from_apart {
+            true => &self.ebuf[..self.n],
+            false => &self.buf[..self.n],
+        }
+    }
+
+    fn chunk_apart(&self) -> bool {
+        self.from_apart
     }
 
     async fn close_output(&mut self) {
@@ -134,7 +157,14 @@ async fn run(
     );
     let (tx, rx) = tokio::net::unix::pipe::pipe()?;
     let writer = tx.into_blocking_fd()?;
-    let writer2 = writer.try_clone()?;
+    // stderr on the same pipe, or on one of its own (contract §1).
+    let (writer2, apart) = match out.stderr_apart() {
+        true => {
+            let (etx, erx) = tokio::net::unix::pipe::pipe()?;
+            (etx.into_blocking_fd()?, Some(erx))
+        }
+        false => (writer.try_clone()?, None),
+    };
     let (mut cmd, join) = shell_command(cfg, &["-c".into(), script.into()], &group);
     cmd.stdin(Stdio::null()).stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
     let fence = cfg.fence.as_ref();
@@ -152,6 +182,12 @@ async fn run(
         reader: Some(rx),
         buf: vec![0u8; READ_CHUNK],
         n: 0,
+        from_apart: false,
+        ebuf: match apart {
+            Some(_) => vec![0u8; READ_CHUNK],
+            None => Vec::new(),
+        },
+        apart,
         exited: false,
     };
     let end = read_loop(&mut run, out, deadline, cancel).await;

@@ -61,6 +61,11 @@ pub(super) trait Transport: Send {
     /// The bytes of the last [`Event::Output`] (or of [`Transport::read_pending`]).
     fn chunk(&self) -> &[u8];
 
+    /// The chunk is the command's stderr, kept apart ([`OutputSink::stderr_apart`]).
+    fn chunk_apart(&self) -> bool {
+        false
+    }
+
     /// Stops reading the output: the producer gets SIGPIPE.
     async fn close_output(&mut self);
 
@@ -138,7 +143,9 @@ impl State {
     /// Hands the transport's chunk to the feed; closes the output when the feed asks.
     async fn deliver<T: Transport>(&mut self, t: &mut T, out: &mut dyn OutputSink) {
         self.last_data = Instant::now();
-        if !self.closed_early && !out.data(t.chunk()) {
+        if t.chunk_apart() {
+            out.apart(t.chunk());
+        } else if !self.closed_early && !out.data(t.chunk()) {
             self.closed_early = true;
             t.close_output().await;
         }

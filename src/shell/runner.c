@@ -18,7 +18,7 @@
  * `<payload length>\n` then `token\0cwd\0output fifo\0flags\0text`. Flags: `s` the text may go
  * to the spawn path (`agent_bash_try_spawn`, spawn.c); `p` run it in a forked copy
  * (run_forked); `t` a `| head`/`| tail` stage was stripped after a lone stage
- * (stage_stripped). The status line is `token status`, with ` x` when the shell traces. Per
+ * (stage_stripped); `e` stderr goes to a FIFO of its own, the output's path and `.e`. The status line is `token status`, with ` x` when the shell traces. Per
  * call: stdin /dev/null, stdout and
  * stderr the output FIFO (and the descriptors above 2 an earlier call left on its output),
  * `cd -- cwd` (OLDPWD left as it was), the text, then descriptors 0-2 (and those above 2 on
@@ -275,25 +275,59 @@ static ino_t out_ino;
 #define MAX_FOLLOW 64
 static int follow[MAX_FOLLOW];
 static int n_follow;
+/* The call's stderr FIFO when it has one of its own (flag `e`). */
+static dev_t err_dev;
+static ino_t err_ino;
 
-/* The output FIFO on 1 and 2 and on the descriptors that follow the output, /dev/null on 0. */
-static int redirect(const char *fifo) {
+static int open_write(const char *fifo) {
   int fd;
-  struct stat st;
   while ((fd = open(fifo, O_WRONLY | O_CLOEXEC)) < 0 && errno == EINTR)
     ;
-  if (fd < 0)
+  return fd;
+}
+
+/* The output FIFO on 1 and 2 and on the descriptors that follow the output, /dev/null on 0.
+ * With `apart`, stderr goes to the FIFO named by the output's path and `.e` (contract §1: the
+ * stderr of a command whose `| head`/`| tail` stage was stripped, which bash prints past the
+ * stage). */
+static int redirect(const char *fifo, int apart) {
+  int fd, efd = -1;
+  struct stat st;
+  err_ino = 0;
+  if (apart) {
+    size_t n = strlen(fifo);
+    char *path = malloc(n + 3);
+    if (!path)
+      return -1;
+    memcpy(path, fifo, n);
+    memcpy(path + n, ".e", 3);
+    efd = open_write(path);
+    free(path);
+    if (efd < 0)
+      return -1;
+    if (fstat(efd, &st) == 0) {
+      err_dev = st.st_dev;
+      err_ino = st.st_ino;
+    }
+  }
+  fd = open_write(fifo);
+  if (fd < 0) {
+    if (efd >= 0)
+      close(efd);
     return -1;
+  }
   if (fstat(fd, &st) == 0) {
     out_dev = st.st_dev;
     out_ino = st.st_ino;
   }
   dup2(null_fd, 0);
   dup2(fd, 1);
-  dup2(fd, 2);
+  dup2(efd >= 0 ? efd : fd, 2);
   for (int i = 0; i < n_follow; i++)
     dup2(fd, follow[i]);
   close(fd);
+  if (efd >= 0)
+    close(efd);
   return 0;
 }
 
@@ -304,7 +338,7 @@ static void release_output(void) {
   struct dirent *e;
   struct stat st;
   n_follow = 0;
-  if (!out_ino || !d) {
+  if ((!out_ino && !err_ino) || !d) {
     if (d)
       closedir(d);
     return;
@@ -313,7 +347,14 @@ static void release_output(void) {
     int fd = atoi(e->d_name);
     if (fd <= 2 || fd == dirfd(d) || fd == proto_fd || fd == out_fd || fd == null_fd)
       continue;
-    if (fstat(fd, &st) != 0 || st.st_dev != out_dev || st.st_ino != out_ino)
+    if (fstat(fd, &st) != 0)
+      continue;
+    /* A copy of a stderr of its own points at /dev/null from now on. */
+    if (err_ino && st.st_dev == err_dev && st.st_ino == err_ino) {
+      dup2(null_fd, fd);
+      continue;
+    }
+    if (st.st_dev != out_dev || st.st_ino != out_ino)
       continue;
     if (n_follow < MAX_FOLLOW)
       follow[n_follow++] = fd;
@@ -434,7 +475,7 @@ static void run_call(char *payload, size_t len) {
     p = z + 1;
   }
   field[4] = p;
-  if (redirect(field[2]) < 0) {
+  if (redirect(field[2], strchr(field[3], 'e') != NULL) < 0) {
     last_command_exit_value = 1;
     set_pipestatus_from_exit(1);
     report(field[0], 1);

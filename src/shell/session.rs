@@ -43,6 +43,15 @@ pub trait OutputSink: Send {
     fn lone_stage_stripped(&self) -> bool {
         false
     }
+    /// The command lost a `| head`/`| tail` stage (contract §1): a shell that can sends its
+    /// stderr apart, to [`OutputSink::apart`], since bash prints it past the stage's limit.
+    fn stderr_apart(&self) -> bool {
+        false
+    }
+    /// Bytes of the command's stderr, kept apart ([`OutputSink::stderr_apart`]).
+    fn apart(&mut self, bytes: &[u8]) {
+        self.data(bytes);
+    }
 }
 
 impl<F: FnMut(&[u8]) -> bool + Send> OutputSink for F {

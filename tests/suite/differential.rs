@@ -98,6 +98,14 @@ pub(crate) const CORPUS: &[(&str, u8)] = &[
     ("seq 5 | head -n 0; echo zero", PTY),
     ("false | tail -n 1", PRODUCER | PTY),
     ("(echo out; exit 3) | head -n 1", PRODUCER | PTY),
+    // The stderr of a stripped stage's command is printed past the stage, not limited by it.
+    ("echo err >&2 | wc -l | head -n 1", PTY),
+    ("{ seq 3; echo e1 >&2; seq 4 6; echo e2 >&2; } | tail -n 2", PTY),
+    ("(seq 5; echo late >&2) | tail -n 1", PTY),
+    ("ls -d /nonexistent-agent-bash . | head -n 1", PRODUCER | PTY),
+    ("cd /nonexistent-agent-bash && seq 3 | tail -n 1", PTY),
+    ("{ echo a; echo b >&2; } 2>&1 | tail -n 1", PTY),
+    ("seq 4 | head -n 2 2>&1", PTY),
     ("yes | head -n 3", PTY),
     ("yes abc | head -n 2 | tail -n 1", PTY),
     ("seq 3 || tail -n 1", PTY),
@@ -294,6 +302,11 @@ fn bench() -> Bench {
 }
 
 pub(crate) fn bench_in(shell: &'static str) -> Bench {
+    bench_with(shell, None)
+}
+
+/// [`bench_in`] with the `prefix` setting.
+fn bench_with(shell: &'static str, prefix: Option<&str>) -> Bench {
     let state = tempfile::tempdir().unwrap();
     let home = state.path().join("home");
     std::fs::create_dir(&home).unwrap();
@@ -302,6 +315,7 @@ pub(crate) fn bench_in(shell: &'static str) -> Bench {
     let mut settings = Settings {
         shell: Some(shell.into()),
         state_dir: Some(state.path().join("state")),
+        prefix: prefix.map(str::to_string),
         ..Settings::default()
     };
     settings.env.insert("HOME".into(), home.to_string_lossy().into_owned());
@@ -322,10 +336,10 @@ impl Bench {
         self.shell.ends_with("/zsh")
     }
 
-    /// The runtime's normalization for this shell.
-    fn normalize(&self, command: &str, pty: bool) -> agent_bash::normalize::Normalized {
+    /// The runtime's normalization for this shell (of a pipe run).
+    fn normalize(&self, command: &str) -> agent_bash::normalize::Normalized {
         let dialect = agent_bash::normalize::Dialect::of(Path::new(self.shell));
-        agent_bash::normalize::normalize_in(dialect, command, None, None, pty)
+        agent_bash::normalize::normalize_in(dialect, command, None, None, false)
     }
 }
 
@@ -380,7 +394,7 @@ fn oracle(b: &Bench, command: &str, flags: u8) -> (String, i32) {
             bash_c(b, command, &[])
         };
         if flags & PRODUCER != 0 {
-            return (out, bash_c(b, &b.normalize(command, false).command, &[]).1);
+            return (out, bash_c(b, &b.normalize(command).command, &[]).1);
         }
         return (out, code);
     }
@@ -484,9 +498,8 @@ async fn differential_corpus_pty_path(shell: &'static str) {
     let cases: Vec<_> = CORPUS.iter().filter(|(_, f)| f & PTY != 0).collect();
     assert!(cases.len() >= 100, "{} PTY cases", cases.len());
     for &&(command, flags) in &cases {
-        // A PTY keeps a head-only stage (contract §1): then bash's own status is the one reported.
-        let stripped = !b.normalize(command, true).rewrites.is_empty();
-        let flags = if stripped { flags } else { flags & !PRODUCER };
+        // A PTY keeps its stage (contract §1): bash's own status is the one reported.
+        let flags = flags & !PRODUCER;
         let (out, code) = oracle(&b, command, flags);
         let want = (as_terminal(&out), code);
         let r = run(&b, command, "pty", true).await;
@@ -558,6 +571,36 @@ async fn differential_deliberate_differences() {
     assert_eq!(r.exit_code, Some(137));
     assert_eq!(bash_c(&b, "sh -c 'kill -KILL $$'", &[]), (String::new(), 137));
     b.rt.shutdown().await;
+}
+
+/// contract §1: a stripped stage's command prints its stderr past the stage, as bash does (the
+/// version matrix and zsh run these through the corpus): on the other local paths too, the
+/// plain driver (a prefix keeps the runner out), a POSIX `sh`, and the one-process path (a
+/// prefix that hides the backend's files).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn differential_stderr_of_a_stripped_stage_on_every_path() {
+    let cases = [
+        "echo err >&2 | wc -l | head -n 1",
+        "{ seq 3; echo e1 >&2; seq 4 6; echo e2 >&2; } | tail -n 2",
+        "(seq 5; echo late >&2) | tail -n 1",
+        "{ echo a; echo b >&2; } 2>&1 | tail -n 1",
+    ];
+    let hiding = "unshare -m sh -c 'for d in /dev/shm ${XDG_RUNTIME_DIR:-/dev/shm}; do mount -t tmpfs none $d || exit 1; done; exec \"$0\" \"$@\"'";
+    let paths = [("/bin/bash", Some("env")), ("/bin/sh", None), ("/bin/bash", Some(hiding))];
+    for (shell, prefix) in paths {
+        let b = bench_with(shell, prefix);
+        for command in cases {
+            let want = bash_c(&b, command, &[]);
+            let r = run(&b, command, "apart", false).await;
+            let got = (r.text.clone(), r.exit_code.unwrap_or(-1));
+            assert_eq!(got, want, "{command:?} in {shell} with prefix {prefix:?}");
+        }
+        // The hiding prefix took the one-process path: no state survives a call there.
+        run(&b, "x=1", "state", false).await;
+        let kept = run(&b, "echo ${x:-gone}", "state", false).await.text;
+        assert_eq!(kept, if prefix == Some(hiding) { "gone\n" } else { "1\n" }, "{prefix:?}");
+        b.rt.shutdown().await;
+    }
 }
 
 /// contract §1: head-limited slow producers end within 0.5 s of bash's time, on pipes and PTYs.

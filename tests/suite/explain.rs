@@ -43,14 +43,18 @@ fn explain_strips_trailing_head() {
 
 #[test]
 fn explain_reports_both_rewrites_and_explicit_limits() {
-    let got = explain_json(&["--tail", "3", "--", "make", "2>&1", "|", "head", "-n", "5"]);
+    let got = explain_json(&["--tail", "3", "--", "make", "|", "head", "-n", "5", "2>&1"]);
     assert_eq!(got["command"], "make");
     assert_eq!(got["head"], 5);
     assert_eq!(got["tail"], 3);
     assert_eq!(
         got["rewrites"],
-        json!([{"removed": "| head -n 5", "head": 5}, {"removed": "2>&1"}])
+        json!([{"removed": "2>&1"}, {"removed": "| head -n 5", "head": 5}])
     );
+    // A `2>&1` before the stage is the producer's: it stays (contract §1).
+    let got = explain_json(&["--", "make", "2>&1", "|", "head", "-n", "5"]);
+    assert_eq!(got["command"], "make 2>&1");
+    assert_eq!(got["rewrites"], json!([{"removed": "| head -n 5", "head": 5}]));
 }
 
 #[test]

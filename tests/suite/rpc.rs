@@ -327,10 +327,15 @@ async fn rpc_quiet_output_still_reaches_the_view() {
 async fn rpc_head_close_reports_heads_status() {
     let mut rpc = Rpc::start().await;
     // The producer exits 1 on EPIPE instead of dying of SIGPIPE; `| head` would still say 0.
-    let d = rpc
-        .tool(json!({"command": "(trap '' PIPE; while echo 1; do :; done; exit 1) | head -n 3"}))
-        .await;
-    assert_eq!(d["output"], "1\n1\n1\n");
+    // Its `write error` goes to stderr, past the stage: shown, as bash shows it (contract §1).
+    let command = "(trap '' PIPE; while echo 1; do :; done; exit 1) | head -n 3";
+    let d = rpc.tool(json!({ "command": command })).await;
+    let bash = std::process::Command::new("bash")
+        .args(["-c", &format!("{{ {command}; }} 2>&1")])
+        .output()
+        .unwrap();
+    assert_eq!(d["output"], String::from_utf8_lossy(&bash.stdout).as_ref());
+    assert!(d["output"].as_str().unwrap().starts_with("1\n1\n1\n"), "{d}");
     assert_eq!(d["exitCode"], 0);
 }
 
