@@ -3,7 +3,6 @@
 //! without `sshd` these tests fail, they never skip).
 
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -132,7 +131,7 @@ async fn remote_bad_input_is_a_clear_error_and_the_session_lives_on() {
     // An engine that cannot connect: the call fails with the engine's words.
     let state = tempfile::tempdir().unwrap();
     let mut s = f.sshd.settings(state.path());
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (_closed, port) = closed_port();
     let mut argv = f.sshd.argv();
     let p = argv.iter().position(|a| a == "-p").unwrap();
     argv[p + 1] = port.to_string();
@@ -145,6 +144,28 @@ async fn remote_bad_input_is_a_clear_error_and_the_session_lives_on() {
     assert!(r.output.starts_with("Cannot start remote session \"down\" (ssh "), "{}", r.output);
     assert!(r.output.contains("Connection refused"), "{}", r.output);
     f.rt.shutdown().await;
+}
+
+/// A loopback port that refuses connections for as long as the socket lives: bound, never
+/// listening, so no other process can take it meanwhile (a port found free and let go could be).
+fn closed_port() -> (std::os::fd::OwnedFd, u16) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a new socket we own; bind and getsockname write only into our own structures.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let bound = libc::bind(fd, (&raw const addr).cast(), len);
+        assert_eq!(bound, 0, "bind: {}", std::io::Error::last_os_error());
+        let mut got: libc::sockaddr_in = std::mem::zeroed();
+        let mut got_len = len;
+        assert_eq!(libc::getsockname(fd, (&raw mut got).cast(), &mut got_len), 0);
+        (owned, u16::from_be(got.sin_port))
+    }
 }
 
 /// Collects live updates.
