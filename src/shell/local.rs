@@ -605,6 +605,8 @@ impl Shell {
         if let Ok(end) = &end {
             self.after_run(end, &mut rx, &mut erx, &mut buf, out).await;
         }
+        // What a background job wrote to the stderr since the loop last read it.
+        drain_apart(&mut erx, &mut buf, out, Instant::now() + DRAIN_AFTER_KILL);
         drop((rx, erx));
         if stage.apart {
             let _ = std::fs::remove_file(apart_path(&fifo));
@@ -662,13 +664,7 @@ impl Shell {
         self.kill().await;
         tracing::debug!("killed shell {} in {:?}", self.pid, t.elapsed());
         // Whatever the tree wrote before it died is still in the pipes: keep it.
-        loop {
-            let (n, _) = read_now(erx, buf);
-            if n == 0 {
-                break;
-            }
-            out.apart(&buf[..n]);
-        }
+        drain_apart(erx, buf, out, Instant::now() + DRAIN_AFTER_KILL);
         if end.closed_early || end.eof {
             return;
         }
@@ -1093,7 +1089,7 @@ impl Transport for LocalRun<'_> {
         }
         tokio::select! {
             biased;
-            n = read_some(&mut self.erx, &mut self.ebuf), if apart && phase.running => LocalWake::Apart(n),
+            n = read_some(&mut self.erx, &mut self.ebuf), if apart => LocalWake::Apart(n),
             n = read_some(&mut self.rx, &mut self.buf), if reading => LocalWake::Output(n),
             n = self.status.rx.read(&mut self.sbuf), if phase.running => LocalWake::Status(n),
             // Only its end matters: what a command writes to it is dropped.
@@ -1194,6 +1190,25 @@ impl Transport for LocalRun<'_> {
             self.erx = None;
         }
         watch(&mut self.rx)
+    }
+}
+
+/// Reads what the stderr FIFO holds now, without waiting, into `out` (until `until`: a writer
+/// that keeps writing does not hold the run).
+fn drain_apart(
+    erx: &mut Option<OutputEnd>,
+    buf: &mut [u8],
+    out: &mut dyn OutputSink,
+    until: Instant,
+) {
+    while Instant::now() < until {
+        let (n, more) = read_now(erx, buf);
+        if n > 0 {
+            out.apart(&buf[..n]);
+        }
+        if n == 0 || !more {
+            break;
+        }
     }
 }
 

@@ -323,8 +323,10 @@ static int redirect(const char *fifo, int apart) {
   dup2(null_fd, 0);
   dup2(fd, 1);
   dup2(efd >= 0 ? efd : fd, 2);
+  /* What a call writes to a descriptor that follows the output is no line of the pipeline
+   * that lost its stage: it goes past the stage too, with the stderr. */
   for (int i = 0; i < n_follow; i++)
-    dup2(fd, follow[i]);
+    dup2(efd >= 0 ? efd : fd, follow[i]);
   close(fd);
   if (efd >= 0)
     close(efd);
@@ -349,12 +351,9 @@ static void release_output(void) {
       continue;
     if (fstat(fd, &st) != 0)
       continue;
-    /* A copy of a stderr of its own points at /dev/null from now on. */
-    if (err_ino && st.st_dev == err_dev && st.st_ino == err_ino) {
-      dup2(null_fd, fd);
-      continue;
-    }
-    if (st.st_dev != out_dev || st.st_ino != out_ino)
+    /* A copy of the output, or of a stderr of its own: both are the script's output. */
+    int on_err = err_ino && st.st_dev == err_dev && st.st_ino == err_ino;
+    if (!on_err && (st.st_dev != out_dev || st.st_ino != out_ino))
       continue;
     if (n_follow < MAX_FOLLOW)
       follow[n_follow++] = fd;

@@ -574,9 +574,9 @@ async fn differential_deliberate_differences() {
 }
 
 /// contract §1: a stripped stage's command prints its stderr past the stage, as bash does (the
-/// version matrix and zsh run these through the corpus): on the other local paths too, the
-/// plain driver (a prefix keeps the runner out), a POSIX `sh`, and the one-process path (a
-/// prefix that hides the backend's files).
+/// version matrix and zsh run the corpus's cases): on every local path, the runner, the plain
+/// driver (a prefix keeps the runner out), a POSIX `sh`, and the one-process path (a prefix that
+/// hides the backend's files).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_stderr_of_a_stripped_stage_on_every_path() {
     let cases = [
@@ -584,9 +584,16 @@ async fn differential_stderr_of_a_stripped_stage_on_every_path() {
         "{ seq 3; echo e1 >&2; seq 4 6; echo e2 >&2; } | tail -n 2",
         "(seq 5; echo late >&2) | tail -n 1",
         "{ echo a; echo b >&2; } 2>&1 | tail -n 1",
+        // A background job's stderr, written after the foreground ended.
+        "sh -c '(sleep 0.1; echo late >&2) & echo hi' | tail -n 1",
     ];
     let hiding = "unshare -m sh -c 'for d in /dev/shm ${XDG_RUNTIME_DIR:-/dev/shm}; do mount -t tmpfs none $d || exit 1; done; exec \"$0\" \"$@\"'";
-    let paths = [("/bin/bash", Some("env")), ("/bin/sh", None), ("/bin/bash", Some(hiding))];
+    let paths = [
+        ("/bin/bash", None),
+        ("/bin/bash", Some("env")),
+        ("/bin/sh", None),
+        ("/bin/bash", Some(hiding)),
+    ];
     for (shell, prefix) in paths {
         let b = bench_with(shell, prefix);
         for command in cases {
@@ -594,6 +601,14 @@ async fn differential_stderr_of_a_stripped_stage_on_every_path() {
             let r = run(&b, command, "apart", false).await;
             let got = (r.text.clone(), r.exit_code.unwrap_or(-1));
             assert_eq!(got, want, "{command:?} in {shell} with prefix {prefix:?}");
+        }
+        if prefix.is_none() && shell == "/bin/bash" {
+            // The runner: a descriptor an earlier call pointed at its stderr follows the
+            // script's output, past a stripped stage as bash prints it.
+            run(&b, "exec 4>&2", "fd", false).await;
+            let r = run(&b, "{ echo x >&4; seq 3; } | tail -n 1", "fd", false).await;
+            let want = bash_c(&b, "exec 4>&2; { echo x >&4; seq 3; } | tail -n 1", &[]);
+            assert_eq!((r.text.clone(), r.exit_code.unwrap_or(-1)), want);
         }
         // The hiding prefix took the one-process path: no state survives a call there.
         run(&b, "x=1", "state", false).await;
