@@ -1439,8 +1439,10 @@ impl Receipts {
                         (!rel.as_os_str().is_empty()).then(|| format!("/{}/", rel.display()))
                     })
                     .collect();
+                // A store removed under us meanwhile (its state directory going) is made again
+                // by the next call: that failure does not turn receipts off.
                 let rewritten = store::sync_excludes(&git.shadow, exclude.as_deref(), &extra)
-                    .map_err(|e| (e, true))?;
+                    .map_err(|e| (e, git.shadow.join("config").is_file()))?;
                 // The user's own ignore file is named in our config, not copied: its content is
                 // compared here, so that the watch hears of new rules.
                 #[allow(clippy::disallowed_methods)] // under spawn_blocking

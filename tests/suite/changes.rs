@@ -1381,13 +1381,18 @@ async fn changes_of_many_backends_at_once_all_come_back() {
                     lost.push(r);
                 }
             }
-            rpc.stop().await;
-            lost
+            (lost, rpc)
         })
     });
     let runs: Vec<_> = runs.collect();
+    // Each backend has a state directory of its own, and the engine keeps its store in the
+    // first one's: a backend stops (and its directory goes) only once every run is over.
+    let mut done = Vec::new();
     for run in runs {
-        let lost = run.await.unwrap();
+        done.push(run.await.unwrap());
+    }
+    for (lost, rpc) in done {
+        rpc.stop().await;
         assert!(
             lost.is_empty(),
             "{} writes lost their receipt, the first: {}",
