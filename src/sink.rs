@@ -139,8 +139,8 @@ pub struct Sink {
     /// nowhere but here, for [`Sink::should_close`] (contract §1: counts are of what bash would
     /// have printed).
     past_head: u64,
-    /// With [`SinkConfig::stage_tail`]: whether text came apart, and then the two streams
-    /// apart (see [`Apart`]).
+    /// [`SinkConfig::stage_tail`] with no head limit (with one, head first, then tail, as ever:
+    /// contract §1), and once stderr came, the two streams apart ([`Apart`]).
     stage_tail: bool,
     apart: Option<Box<Apart>>,
 }
@@ -178,7 +178,7 @@ impl Sink {
                 .is_none()
                 .then(|| Rescue::new(artifacts::verbatim_prefix(config.artifact_cap))),
             past_head: 0,
-            stage_tail: config.stage_tail && config.tail.is_some(),
+            stage_tail: config.stage_tail && config.tail.is_some() && config.head.is_none(),
             apart: None,
         }
     }
@@ -339,8 +339,7 @@ impl Sink {
                 self.note_artifact_error("finishing the artifact failed", &e);
             }
         }
-        // With a caller's head as well, head first, then tail, as ever (contract §1).
-        if let (Some(apart), Some(n), None) = (self.apart.take(), self.tail_limit, &self.head) {
+        if let (Some(apart), Some(n)) = (self.apart.take(), self.tail_limit) {
             return self.finish_apart(&apart, n);
         }
         // The part of the stream the head limit selects (all of it without one).

@@ -248,6 +248,8 @@ pub struct Shell {
     /// The read buffer, kept from one command to the next: zeroing [`READ_CHUNK`] bytes for
     /// every command is a measurable part of a builtin's round trip.
     buf: Vec<u8>,
+    /// The read buffer of a command's stderr when it goes apart (allocated on first use).
+    ebuf: Vec<u8>,
     /// Bash: the per-command file (see [`Shell::run`]), kept open and rewritten in place, and
     /// the length of what it holds.
     cmd_file: Option<(std::fs::File, u64)>,
@@ -487,6 +489,7 @@ impl Shell {
             dir: dir.to_path_buf(),
             driver_dir: None,
             buf: Vec::new(),
+            ebuf: Vec::new(),
             cmd_file: None,
             next_fifo: None,
             stale_fifo: None,
@@ -579,12 +582,13 @@ impl Shell {
 
         let mut buf = std::mem::take(&mut self.buf);
         buf.resize(READ_CHUNK, 0);
+        let mut ebuf = std::mem::take(&mut self.ebuf);
+        if erx.is_some() {
+            ebuf.resize(READ_CHUNK, 0);
+        }
         let mut run = LocalRun {
             rx: Some(OutputEnd::Unwatched(fd)),
-            ebuf: match erx {
-                Some(_) => vec![0; READ_CHUNK],
-                None => Vec::new(),
-            },
+            ebuf,
             erx,
             apart: false,
             group: &self.group,
@@ -601,17 +605,17 @@ impl Shell {
             dropped: [0u8; 512],
         };
         let end = read_loop(&mut run, out, deadline, cancel).await;
-        let LocalRun { mut rx, mut erx, mut buf, .. } = run;
+        let LocalRun { mut rx, erx, mut buf, mut ebuf, .. } = run;
         if let Ok(end) = &end {
-            self.after_run(end, &mut rx, &mut erx, &mut buf, out).await;
+            self.after_run(end, &mut rx, &mut buf, out).await;
         }
-        // What a background job wrote to the stderr since the loop last read it.
-        drain_apart(&mut erx, &mut buf, out, Instant::now() + DRAIN_AFTER_KILL);
-        drop((rx, erx));
+        // What the stderr still holds: a background job's, or what a killed tree wrote last.
+        drain_apart(erx, &mut ebuf, out, Instant::now() + DRAIN_AFTER_KILL);
+        drop(rx);
         if stage.apart {
             let _ = std::fs::remove_file(apart_path(&fifo));
         }
-        self.buf = buf;
+        (self.buf, self.ebuf) = (buf, ebuf);
         // Removed while the next command runs, or when the shell goes.
         self.stale_fifo = Some(fifo);
         // Fallback tracking: what the command left running is known before the next one.
@@ -650,7 +654,6 @@ impl Shell {
         &mut self,
         end: &LoopEnd,
         rx: &mut Option<OutputEnd>,
-        erx: &mut Option<OutputEnd>,
         buf: &mut [u8],
         out: &mut dyn OutputSink,
     ) {
@@ -663,8 +666,8 @@ impl Shell {
         let t = Instant::now();
         self.kill().await;
         tracing::debug!("killed shell {} in {:?}", self.pid, t.elapsed());
-        // Whatever the tree wrote before it died is still in the pipes: keep it.
-        drain_apart(erx, buf, out, Instant::now() + DRAIN_AFTER_KILL);
+        // Whatever the tree wrote before it died is still in the pipe: keep it (the stderr's
+        // is drained by the caller).
         if end.closed_early || end.eof {
             return;
         }
@@ -1063,13 +1066,12 @@ impl Transport for LocalRun<'_> {
     async fn wait(&mut self, phase: Phase) -> LocalWake {
         let reading = phase.reading && self.rx.as_ref().is_some_and(OutputEnd::watched);
         let apart = self.erx.as_ref().is_some_and(OutputEnd::watched);
-        if apart && (self.after_foreground || !phase.running) {
+        if reading && self.after_foreground {
+            // The stderr first, as the select below reads it first.
             let (n, more) = read_now(&self.erx, &mut self.ebuf);
-            if n > 0 || !more {
+            if n > 0 || (apart && !more) {
                 return LocalWake::Apart(Ok(n));
             }
-        }
-        if reading && self.after_foreground {
             // What is left in the pipe once the foreground ended is read now. Once it is empty
             // with a writer still there: when that writer is only the shell itself (the call
             // moved a copy of its output where the call's end does not close it: `exec 3>&1
@@ -1195,14 +1197,9 @@ impl Transport for LocalRun<'_> {
 
 /// Reads what the stderr FIFO holds now, without waiting, into `out` (until `until`: a writer
 /// that keeps writing does not hold the run).
-fn drain_apart(
-    erx: &mut Option<OutputEnd>,
-    buf: &mut [u8],
-    out: &mut dyn OutputSink,
-    until: Instant,
-) {
+fn drain_apart(erx: Option<OutputEnd>, buf: &mut [u8], out: &mut dyn OutputSink, until: Instant) {
     while Instant::now() < until {
-        let (n, more) = read_now(erx, buf);
+        let (n, more) = read_now(&erx, buf);
         if n > 0 {
             out.apart(&buf[..n]);
         }
